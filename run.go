@@ -1,0 +1,62 @@
+package agentrun
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// Exit statuses of the spawn contract.
+const (
+	ExitTimeout     = 124 // the timeout fired and the sandbox was killed
+	ExitSetupFailed = 125 // the sandbox could not be built
+)
+
+// Options are the per-run inputs that are not policy: stdio, signals, logging.
+type Options struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	// Signals, when set, are forwarded to the sandboxed command.
+	Signals <-chan os.Signal
+	// Warn receives one-line warnings (clamped rlimits, weaker modes).
+	Warn func(msg string)
+}
+
+// Violation is a policy violation observed during a run.
+type Violation struct {
+	Kind       string `json:"kind"`
+	Name       string `json:"name"`
+	Detail     string `json:"detail,omitempty"`
+	Suggestion string `json:"suggestion,omitempty"`
+}
+
+// Result describes how a sandboxed command ended.
+type Result struct {
+	// ExitCode follows the spawn contract: the command's own status,
+	// 128+N when killed by signal N, 124 on timeout.
+	ExitCode int `json:"exit_code"`
+	// Signal is the signal number that killed the command, or 0.
+	Signal     int         `json:"signal"`
+	TimedOut   bool        `json:"timed_out"`
+	DurationMS float64     `json:"duration_ms"`
+	Violations []Violation `json:"violations,omitempty"`
+}
+
+// SetupError reports that the sandbox could not be built. Step names the
+// failing stage ("userns", "mount /workspace", ...) so the one-line message
+// tells the user what is missing.
+type SetupError struct {
+	Step string
+	Err  error
+}
+
+func (e *SetupError) Error() string {
+	return fmt.Sprintf("sandbox setup failed at %s: %v", e.Step, e.Err)
+}
+
+func (e *SetupError) Unwrap() error { return e.Err }
+
+// ErrUnsupported is returned on operating systems without a sandbox backend.
+var ErrUnsupported = errors.New("agentrun: sandboxing is not supported on this operating system")
