@@ -42,6 +42,8 @@ type Result struct {
 	TimedOut   bool        `json:"timed_out"`
 	DurationMS float64     `json:"duration_ms"`
 	Violations []Violation `json:"violations,omitempty"`
+	// Error is the one-line reason when the sandbox could not be built.
+	Error string `json:"error,omitempty"`
 }
 
 // SetupError reports that the sandbox could not be built. Step names the

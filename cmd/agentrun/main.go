@@ -1,0 +1,254 @@
+// Command agentrun runs commands in sandboxes. It is a thin layer over the
+// agentrun package: flags become a Policy, the Policy runs, the Result
+// becomes an exit status.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/agentrun/agentrun"
+	"github.com/agentrun/agentrun/nsinit"
+)
+
+func main() {
+	// The re-exec'd sandbox init takes this path before anything else.
+	nsinit.Dispatch()
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+const usage = `usage: agentrun <command> [flags]
+
+commands:
+  spawn    run a command in a fresh sandbox
+  version  print the version
+
+run 'agentrun spawn -h' for the spawn flags
+`
+
+func run(args []string, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "spawn":
+		return spawn(args[1:], stderr)
+	case "version", "--version":
+		fmt.Println("agentrun", version)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "agentrun: unknown command %q\n%s", args[0], usage)
+	return 2
+}
+
+const version = "0.1.0-dev"
+
+// fail prints the one-line reason and returns the setup-failure status.
+func fail(stderr io.Writer, format string, a ...any) int {
+	fmt.Fprintf(stderr, "agentrun: "+format+"\n", a...)
+	return agentrun.ExitSetupFailed
+}
+
+func spawn(args []string, stderr io.Writer) int {
+	opts, err := parseSpawn(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		code := fail(stderr, "%v", err)
+		writeResult(opts, &agentrun.Result{ExitCode: code, Error: err.Error()}, stderr)
+		return code
+	}
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
+		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH)
+	res, err := agentrun.Run(context.Background(), opts.policy, agentrun.Options{
+		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Signals: sigs,
+		Warn: func(m string) { fmt.Fprintf(stderr, "agentrun: warning: %s\n", m) },
+	})
+	signal.Stop(sigs)
+	if err != nil {
+		code := fail(stderr, "%v", err)
+		writeResult(opts, &agentrun.Result{ExitCode: code, Error: err.Error()}, stderr)
+		return code
+	}
+	if res.TimedOut {
+		fmt.Fprintf(stderr, "agentrun: timed out after %s; sandbox killed\n", time.Duration(opts.policy.Timeout))
+	}
+	writeResult(opts, res, stderr)
+	return res.ExitCode
+}
+
+func writeResult(o *spawnOpts, res *agentrun.Result, stderr io.Writer) {
+	if o == nil || o.result == "" {
+		return
+	}
+	b, _ := json.MarshalIndent(res, "", "  ")
+	if err := os.WriteFile(o.result, append(b, '\n'), 0o644); err != nil {
+		fmt.Fprintf(stderr, "agentrun: write result: %v\n", err)
+	}
+}
+
+type spawnOpts struct {
+	policy *agentrun.Policy
+	result string
+}
+
+// listFlag collects a repeatable flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+func parseSpawn(args []string, stderr io.Writer) (*spawnOpts, error) {
+	fs := flag.NewFlagSet("spawn", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var (
+		ro, rw, tmpfsDest, env            listFlag
+		workspace, netMode, policyFile    string
+		memory, pids, cpus, timeout, res  string
+		nofile, nproc, fsize, cpuTimeFlag string
+	)
+	fs.StringVar(&workspace, "workspace", "", "host directory bound read-write at /workspace (default: current directory)")
+	fs.Var(&ro, "ro", "bind host PATH[:DEST] read-only (repeatable)")
+	fs.Var(&rw, "rw", "bind host PATH[:DEST] read-write (repeatable)")
+	fs.Var(&tmpfsDest, "tmpfs", "mount an empty tmpfs at DEST (repeatable)")
+	fs.StringVar(&netMode, "net", "", "network: none (default; loopback only) or host (shares the host network: weaker, host loopback services are reachable)")
+	fs.StringVar(&memory, "memory", "", "memory limit, e.g. 512M")
+	fs.StringVar(&pids, "pids", "", "maximum number of processes")
+	fs.StringVar(&cpus, "cpus", "", "CPU limit in cores, e.g. 0.5")
+	fs.StringVar(&timeout, "timeout", "", "kill the sandbox after this duration (exit 124)")
+	fs.Var(&env, "env", "set K=V in the command's environment (repeatable)")
+	fs.StringVar(&policyFile, "policy", "", "read the policy from a JSON file; flags add to it")
+	fs.StringVar(&res, "result", "", "write the result as JSON to this file")
+	fs.StringVar(&nofile, "nofile", "", "RLIMIT_NOFILE for the command")
+	fs.StringVar(&nproc, "nproc", "", "RLIMIT_NPROC for the command")
+	fs.StringVar(&fsize, "fsize", "", "RLIMIT_FSIZE for the command, e.g. 100M")
+	fs.StringVar(&cpuTimeFlag, "cpu-time", "", "RLIMIT_CPU for the command, e.g. 10s")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stdout, "usage: agentrun spawn [flags] -- CMD [ARG...]")
+			fs.SetOutput(os.Stdout)
+			fs.PrintDefaults()
+		}
+		return nil, err
+	}
+	o := &spawnOpts{result: res, policy: &agentrun.Policy{}}
+	if policyFile != "" {
+		p, err := agentrun.LoadPolicyFile(policyFile)
+		if err != nil {
+			return o, err
+		}
+		o.policy = p
+	}
+	p := o.policy
+	if workspace != "" {
+		p.Workspace = workspace
+	}
+	if netMode != "" {
+		p.Network = agentrun.NetworkMode(netMode)
+	}
+	for _, v := range ro {
+		m, err := bindFlag(v, agentrun.MountRO)
+		if err != nil {
+			return o, err
+		}
+		p.Mounts = append(p.Mounts, m)
+	}
+	for _, v := range rw {
+		m, err := bindFlag(v, agentrun.MountRW)
+		if err != nil {
+			return o, err
+		}
+		p.Mounts = append(p.Mounts, m)
+	}
+	for _, d := range tmpfsDest {
+		p.Mounts = append(p.Mounts, agentrun.Mount{Dest: d, Mode: agentrun.MountTmpfs})
+	}
+	p.Env = append(p.Env, env...)
+	if err := limitFlags(p, memory, pids, cpus, timeout, nofile, nproc, fsize, cpuTimeFlag); err != nil {
+		return o, err
+	}
+	if cmd := fs.Args(); len(cmd) > 0 {
+		p.Command = cmd
+	}
+	if len(p.Command) == 0 {
+		return o, errors.New("spawn: no command given (usage: agentrun spawn [flags] -- CMD [ARG...])")
+	}
+	return o, nil
+}
+
+// bindFlag parses PATH[:DEST]; DEST defaults to PATH.
+func bindFlag(v string, mode agentrun.MountMode) (agentrun.Mount, error) {
+	src, dest, ok := strings.Cut(v, ":")
+	if src == "" || (ok && dest == "") {
+		return agentrun.Mount{}, fmt.Errorf("--%s %q: want PATH[:DEST]", mode, v)
+	}
+	if !ok {
+		dest = src
+	}
+	return agentrun.Mount{Source: src, Dest: dest, Mode: mode}, nil
+}
+
+func limitFlags(p *agentrun.Policy, memory, pids, cpus, timeout, nofile, nproc, fsize, cpuTime string) error {
+	var err error
+	if memory != "" {
+		if p.Limits.Memory, err = agentrun.ParseByteSize(memory); err != nil {
+			return fmt.Errorf("--memory: %w", err)
+		}
+	}
+	if pids != "" {
+		if p.Limits.Pids, err = strconv.ParseInt(pids, 10, 64); err != nil || p.Limits.Pids <= 0 {
+			return fmt.Errorf("--pids %q: want a positive integer", pids)
+		}
+	}
+	if cpus != "" {
+		if p.Limits.CPUs, err = strconv.ParseFloat(cpus, 64); err != nil || p.Limits.CPUs <= 0 {
+			return fmt.Errorf("--cpus %q: want a positive number of cores", cpus)
+		}
+	}
+	if timeout != "" {
+		d, err := time.ParseDuration(timeout)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("--timeout %q: want a positive duration like 30s", timeout)
+		}
+		p.Timeout = agentrun.Duration(d)
+	}
+	if nofile != "" {
+		if p.Limits.NoFile, err = strconv.ParseUint(nofile, 10, 64); err != nil {
+			return fmt.Errorf("--nofile %q: want a non-negative integer", nofile)
+		}
+	}
+	if nproc != "" {
+		if p.Limits.NProc, err = strconv.ParseUint(nproc, 10, 64); err != nil {
+			return fmt.Errorf("--nproc %q: want a non-negative integer", nproc)
+		}
+	}
+	if fsize != "" {
+		if p.Limits.FSize, err = agentrun.ParseByteSize(fsize); err != nil {
+			return fmt.Errorf("--fsize: %w", err)
+		}
+	}
+	if cpuTime != "" {
+		d, err := time.ParseDuration(cpuTime)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("--cpu-time %q: want a positive duration", cpuTime)
+		}
+		p.Limits.CPUTime = agentrun.Duration(d)
+	}
+	return nil
+}

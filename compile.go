@@ -1,0 +1,391 @@
+package agentrun
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Identity inside the sandbox when the caller is host root. The sandbox runs
+// as uid/gid SandboxID, which maps to RootModeHostID on the host: an id no
+// account or subordinate range uses, so a process that escaped every
+// namespace would still own nothing on the host. Binds from the policy
+// (workspace, --ro, --rw) are idmapped mounts that present their owner as
+// SandboxID, so writes land on the host with the owner's ids.
+const (
+	SandboxID      = 1000
+	RootModeHostID = 2147418112 // 0x7fff0000
+)
+
+// Annotation keys carried on the Spec.
+const (
+	// AnnotationRootfs = "tmpfs" means Spec.Root is absent and the runtime
+	// assembles a fresh tmpfs root from Spec.Mounts.
+	AnnotationRootfs = "dev.agentrun.rootfs"
+)
+
+// MountTypeSymlink is an agentrun extension of Spec.Mounts used only with a
+// tmpfs root: it creates a symlink at Destination pointing at Source. It
+// reproduces the host's merged-/usr layout (/bin -> usr/bin) without a mount.
+const MountTypeSymlink = "agentrun-symlink"
+
+// Default tmpfs caps.
+const (
+	defaultTmpSize    = 1 << 30
+	defaultVarTmpSize = 256 << 20
+	defaultShmSize    = 64 << 20
+	defaultExtraTmpfs = 64 << 20
+)
+
+// HostInfo is what the compiler needs to know about the host. Run fills it
+// from the real system; tests inject it.
+type HostInfo struct {
+	UID, GID int // caller's effective ids
+	// Workspace is the resolved workspace directory and its owner.
+	Workspace                  string
+	WorkspaceUID, WorkspaceGID int
+	Environ                    []string
+	// Lstat and Readlink inspect host paths (system dirs, mount sources).
+	Lstat    func(string) (fs.FileInfo, error)
+	Readlink func(string) (string, error)
+	// Resolve follows symlinks (for /etc entries that are links).
+	Resolve func(string) (string, error)
+	// Owner returns the uid/gid owning a host path (root mode idmaps).
+	Owner func(string) (uid, gid int, err error)
+}
+
+// systemDirs are bound read-only (or recreated as symlinks when the host
+// has them as symlinks, as on merged-/usr systems).
+var systemDirs = [...]string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
+
+// etcFiles are the only parts of /etc the sandbox sees: enough for users,
+// name resolution, TLS and the dynamic linker, and nothing secret.
+var etcFiles = [...]string{
+	"/etc/passwd", "/etc/group", "/etc/hosts", "/etc/resolv.conf", "/etc/nsswitch.conf",
+	"/etc/host.conf", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
+	"/etc/localtime", "/etc/ssl", "/etc/ca-certificates", "/etc/alternatives",
+	"/etc/mime.types", "/etc/protocols", "/etc/services", "/etc/gitconfig",
+	"/etc/inputrc", "/etc/profile", "/etc/bash.bashrc", "/etc/python3", "/etc/python3.11",
+}
+
+// maskedPaths hide kernel interfaces in /proc (bind of /dev/null or an
+// empty read-only tmpfs); readonlyPaths are remounted read-only.
+var maskedPaths = [...]string{
+	"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+	"/proc/latency_stats", "/proc/sched_debug", "/proc/scsi", "/proc/timer_list",
+	"/proc/timer_stats", "/proc/sysrq-trigger", "/proc/kmsg", "/proc/config.gz",
+}
+
+var readonlyPaths = [...]string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys"}
+
+// ErrPolicy marks invalid policies; the CLI reports them and exits 125.
+var ErrPolicy = errors.New("policy")
+
+func policyErr(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrPolicy, fmt.Sprintf(format, a...))
+}
+
+// rootMode reports whether the sandbox is created by host root, which
+// selects the unprivileged RootModeHostID mapping and idmapped binds.
+func (h *HostInfo) rootMode() bool { return h.UID == 0 }
+
+// Compile turns a Policy into the OCI Spec that nsinit executes.
+func Compile(p *Policy, h *HostInfo) (*specs.Spec, error) {
+	if len(p.Command) == 0 {
+		return nil, policyErr("no command given")
+	}
+	env, err := p.Environ(h.Environ)
+	if err != nil {
+		return nil, err
+	}
+	netMode := p.Network
+	if netMode == "" {
+		netMode = NetworkNone
+	}
+	if netMode != NetworkNone && netMode != NetworkHost {
+		return nil, policyErr("network mode %q is not one of none, host", p.Network)
+	}
+
+	uid, gid := h.UID, h.GID
+	hostUID, hostGID := h.UID, h.GID
+	if h.rootMode() {
+		uid, gid = SandboxID, SandboxID
+		hostUID, hostGID = RootModeHostID, RootModeHostID
+	}
+
+	s := &specs.Spec{
+		Version:  specs.Version,
+		Hostname: "agentrun",
+		Process: &specs.Process{
+			Args:            append([]string(nil), p.Command...),
+			Env:             env,
+			Cwd:             "/workspace",
+			User:            specs.User{UID: uint32(uid), GID: uint32(gid)},
+			Capabilities:    &specs.LinuxCapabilities{},
+			NoNewPrivileges: true,
+		},
+		Annotations: map[string]string{AnnotationRootfs: "tmpfs"},
+		Linux: &specs.Linux{
+			UIDMappings:       []specs.LinuxIDMapping{{ContainerID: uint32(uid), HostID: uint32(hostUID), Size: 1}},
+			GIDMappings:       []specs.LinuxIDMapping{{ContainerID: uint32(gid), HostID: uint32(hostGID), Size: 1}},
+			RootfsPropagation: "private",
+			MaskedPaths:       append([]string(nil), maskedPaths[:]...),
+			ReadonlyPaths:     append([]string(nil), readonlyPaths[:]...),
+			Devices:           defaultDevices(),
+		},
+	}
+	s.Linux.Namespaces = []specs.LinuxNamespace{
+		{Type: specs.UserNamespace}, {Type: specs.MountNamespace}, {Type: specs.PIDNamespace},
+		{Type: specs.UTSNamespace}, {Type: specs.IPCNamespace}, {Type: specs.CgroupNamespace},
+	}
+	if netMode == NetworkNone {
+		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.NetworkNamespace})
+	}
+	if err := addRlimits(s.Process, &p.Limits); err != nil {
+		return nil, err
+	}
+	addResources(s.Linux, &p.Limits)
+
+	mounts, err := systemMounts(h)
+	if err != nil {
+		return nil, err
+	}
+	ws, err := userBind(h, h.Workspace, "/workspace", false)
+	if err != nil {
+		return nil, err
+	}
+	mounts = append(mounts, ws)
+	extra, err := extraMounts(p.Mounts, h)
+	if err != nil {
+		return nil, err
+	}
+	s.Mounts = append(mounts, extra...)
+	return s, nil
+}
+
+func defaultDevices() []specs.LinuxDevice {
+	dev := func(p string, major, minor int64) specs.LinuxDevice {
+		mode := fs.FileMode(0o666)
+		return specs.LinuxDevice{Path: p, Type: "c", Major: major, Minor: minor, FileMode: &mode}
+	}
+	return []specs.LinuxDevice{
+		dev("/dev/null", 1, 3), dev("/dev/zero", 1, 5), dev("/dev/full", 1, 7),
+		dev("/dev/random", 1, 8), dev("/dev/urandom", 1, 9), dev("/dev/tty", 5, 0),
+	}
+}
+
+func addRlimits(proc *specs.Process, l *Limits) error {
+	add := func(typ string, v uint64) {
+		if v > 0 {
+			proc.Rlimits = append(proc.Rlimits, specs.POSIXRlimit{Type: typ, Hard: v, Soft: v})
+		}
+	}
+	add("RLIMIT_NOFILE", l.NoFile)
+	add("RLIMIT_FSIZE", uint64(l.FSize))
+	if l.CPUTime > 0 {
+		secs := uint64((int64(l.CPUTime) + 999_999_999) / 1_000_000_000)
+		add("RLIMIT_CPU", secs)
+	}
+	add("RLIMIT_NPROC", l.NProc)
+	return nil
+}
+
+// addResources records cgroup limits; enforcement lives in cgroups/.
+func addResources(lx *specs.Linux, l *Limits) {
+	if l.Memory == 0 && l.Pids == 0 && l.CPUs == 0 {
+		return
+	}
+	r := &specs.LinuxResources{}
+	if l.Memory > 0 {
+		m := int64(l.Memory)
+		r.Memory = &specs.LinuxMemory{Limit: &m, Swap: &m}
+	}
+	if l.Pids > 0 {
+		r.Pids = &specs.LinuxPids{Limit: &l.Pids}
+	}
+	if l.CPUs > 0 {
+		period := uint64(100_000)
+		quota := int64(l.CPUs * float64(period))
+		r.CPU = &specs.LinuxCPU{Period: &period, Quota: &quota}
+	}
+	lx.Resources = r
+}
+
+func tmpfs(dest string, size int64, mode string) specs.Mount {
+	return specs.Mount{
+		Destination: dest, Type: "tmpfs", Source: "tmpfs",
+		Options: []string{"nosuid", "nodev", "mode=" + mode, "size=" + strconv.FormatInt(size, 10)},
+	}
+}
+
+func roBind(src, dest string) specs.Mount {
+	return specs.Mount{Destination: dest, Type: "bind", Source: src, Options: []string{"rbind", "ro", "nosuid", "nodev"}}
+}
+
+// systemMounts is the fixed part of the root: system directories, selected
+// /etc entries, /proc, a minimal /dev and the scratch tmpfs mounts.
+func systemMounts(h *HostInfo) ([]specs.Mount, error) {
+	var ms []specs.Mount
+	for _, d := range systemDirs {
+		fi, err := h.Lstat(d)
+		if err != nil {
+			continue // absent on this host (e.g. /lib32)
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			target, err := h.Readlink(d)
+			if err != nil {
+				return nil, fmt.Errorf("compile: readlink %s: %w", d, err)
+			}
+			ms = append(ms, specs.Mount{Destination: d, Type: MountTypeSymlink, Source: target})
+			continue
+		}
+		if fi.IsDir() {
+			ms = append(ms, roBind(d, d))
+		}
+	}
+	for _, f := range etcFiles {
+		fi, err := h.Lstat(f)
+		if err != nil {
+			continue
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			// e.g. /etc/resolv.conf -> ../run/...: bind what it points to so
+			// the file exists without exposing /run.
+			target, err := h.Resolve(f)
+			if err != nil {
+				continue // dangling: the host has no such file either
+			}
+			ms = append(ms, roBind(target, f))
+			continue
+		}
+		ms = append(ms, roBind(f, f))
+	}
+	ms = append(ms,
+		specs.Mount{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "nodev", "noexec"}},
+		specs.Mount{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "noexec", "mode=755", "size=65536"}},
+		specs.Mount{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+		tmpfs("/dev/shm", defaultShmSize, "1777"),
+		specs.Mount{Destination: "/dev/ptmx", Type: MountTypeSymlink, Source: "pts/ptmx"},
+		specs.Mount{Destination: "/dev/fd", Type: MountTypeSymlink, Source: "/proc/self/fd"},
+		specs.Mount{Destination: "/dev/stdin", Type: MountTypeSymlink, Source: "/proc/self/fd/0"},
+		specs.Mount{Destination: "/dev/stdout", Type: MountTypeSymlink, Source: "/proc/self/fd/1"},
+		specs.Mount{Destination: "/dev/stderr", Type: MountTypeSymlink, Source: "/proc/self/fd/2"},
+		tmpfs("/tmp", defaultTmpSize, "1777"),
+		tmpfs("/var/tmp", defaultVarTmpSize, "1777"),
+	)
+	return ms, nil
+}
+
+// userBind is a bind of a caller-chosen host path. As root it carries an
+// idmap that presents the path's owner as the sandbox user.
+func userBind(h *HostInfo, src, dest string, readonly bool) (specs.Mount, error) {
+	opts := []string{"rbind", "rw", "nosuid", "nodev"}
+	if readonly {
+		opts[1] = "ro"
+	}
+	m := specs.Mount{Destination: dest, Type: "bind", Source: src, Options: opts}
+	if h.rootMode() {
+		ouid, ogid := h.WorkspaceUID, h.WorkspaceGID
+		if src != h.Workspace {
+			var err error
+			if ouid, ogid, err = h.Owner(src); err != nil {
+				return m, fmt.Errorf("compile: owner of %s: %w", src, err)
+			}
+		}
+		m.UIDMappings = []specs.LinuxIDMapping{{ContainerID: uint32(ouid), HostID: RootModeHostID, Size: 1}}
+		m.GIDMappings = []specs.LinuxIDMapping{{ContainerID: uint32(ogid), HostID: RootModeHostID, Size: 1}}
+		m.Options = append(m.Options, "idmap")
+	}
+	return m, nil
+}
+
+// reservedDests may not be replaced or shadowed by extra mounts.
+var reservedDests = [...]string{"/", "/proc", "/dev", "/workspace", "/usr", "/etc"}
+
+// ValidateDest checks a sandbox destination path: absolute, clean, no ".."
+// and not one of the paths the runtime owns.
+func ValidateDest(dest string) error {
+	if !path.IsAbs(dest) {
+		return policyErr("mount destination %q is not absolute", dest)
+	}
+	for _, part := range strings.Split(dest, "/") {
+		if part == ".." {
+			return policyErr("mount destination %q contains ..", dest)
+		}
+	}
+	if path.Clean(dest) != dest {
+		return policyErr("mount destination %q is not clean (want %q)", dest, path.Clean(dest))
+	}
+	for _, r := range reservedDests {
+		if dest == r {
+			return policyErr("mount destination %s is owned by the runtime", dest)
+		}
+	}
+	if strings.HasPrefix(dest, "/proc/") || strings.HasPrefix(dest, "/dev/") {
+		return policyErr("mount destination %s is under /proc or /dev", dest)
+	}
+	return nil
+}
+
+// checkSource requires an existing host path that is not itself a symlink.
+func checkSource(h *HostInfo, src string) error {
+	if !path.IsAbs(src) {
+		return policyErr("mount source %q is not absolute", src)
+	}
+	fi, err := h.Lstat(src)
+	if err != nil {
+		return policyErr("mount source %s does not exist", src)
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		target, _ := h.Readlink(src)
+		return policyErr("mount source %s is a symlink (to %s); name the real path", src, target)
+	}
+	return nil
+}
+
+func extraMounts(in []Mount, h *HostInfo) ([]specs.Mount, error) {
+	seen := map[string]bool{}
+	var out []specs.Mount
+	for _, m := range in {
+		if err := ValidateDest(m.Dest); err != nil {
+			return nil, err
+		}
+		if seen[m.Dest] {
+			return nil, policyErr("mount destination %s given twice", m.Dest)
+		}
+		seen[m.Dest] = true
+		switch m.Mode {
+		case MountTmpfs:
+			if m.Source != "" {
+				return nil, policyErr("tmpfs mount at %s takes no source", m.Dest)
+			}
+			size := int64(m.Size)
+			if size == 0 {
+				size = defaultExtraTmpfs
+			}
+			out = append(out, tmpfs(m.Dest, size, "1777"))
+		case MountRO, MountRW:
+			if err := checkSource(h, m.Source); err != nil {
+				return nil, err
+			}
+			b, err := userBind(h, m.Source, m.Dest, m.Mode == MountRO)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, b)
+		default:
+			return nil, policyErr("mount mode %q at %s is not one of ro, rw, tmpfs", m.Mode, m.Dest)
+		}
+	}
+	// Parents before children so a mount at /a/b lands inside /a.
+	sort.SliceStable(out, func(i, j int) bool {
+		return strings.Count(out[i].Destination, "/") < strings.Count(out[j].Destination, "/")
+	})
+	return out, nil
+}

@@ -1,0 +1,441 @@
+//go:build linux
+
+package mounts
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// stagingDir is where the fresh root is assembled before pivot_root. It is a
+// path in the sandbox's private mount namespace; the host never sees it.
+const stagingDir = "/tmp"
+
+// Prepared maps an index of Spec.Mounts to a detached mount (from
+// open_tree) that the parent already configured, e.g. an idmapped bind that
+// only host root could create. The mount is attached as is.
+type Prepared map[int]int
+
+// Setup assembles the root described by spec on a fresh tmpfs, pivots into
+// it, applies masked and read-only paths and leaves the cwd at "/".
+func Setup(spec *specs.Spec, prepared Prepared) error {
+	// Nothing we mount may propagate anywhere, and later host mounts must
+	// not appear inside.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return &Error{Op: "make-rprivate", Dest: "/", Err: err}
+	}
+	// Every host source is cloned before the staging tmpfs exists, so no
+	// source path is resolved after that mount could shadow it.
+	trees, err := cloneSources(spec, prepared)
+	defer trees.close()
+	if err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", stagingDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m,nr_inodes=4096"); err != nil {
+		return &Error{Op: "mount tmpfs root", Dest: "/", Err: err}
+	}
+	rootfd, err := unix.Open(stagingDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &Error{Op: "open root", Dest: "/", Err: err}
+	}
+	defer unix.Close(rootfd)
+
+	for i := range spec.Mounts {
+		m := &spec.Mounts[i]
+		var err error
+		if m.Type == "bind" {
+			err = attachTree(rootfd, trees.mounts[i], m.Destination)
+		} else {
+			err = mountOne(rootfd, m)
+		}
+		if err != nil {
+			return &Error{Op: m.Type, Dest: m.Destination, Err: err}
+		}
+	}
+	if spec.Linux != nil {
+		for i, d := range spec.Linux.Devices {
+			if err := attachTree(rootfd, trees.devices[i], d.Path); err != nil {
+				return &Error{Op: "device", Dest: d.Path, Err: err}
+			}
+		}
+		for _, p := range spec.Linux.MaskedPaths {
+			if err := maskPath(rootfd, trees.null, p); err != nil {
+				return &Error{Op: "mask", Dest: p, Err: err}
+			}
+		}
+		for _, p := range spec.Linux.ReadonlyPaths {
+			if err := readonlyPath(rootfd, p); err != nil {
+				return &Error{Op: "readonly", Dest: p, Err: err}
+			}
+		}
+	}
+	return pivot(rootfd, spec.Root == nil || spec.Root.Readonly)
+}
+
+// sourceTrees are detached clones of every host path the root needs.
+type sourceTrees struct {
+	mounts  []int // by Spec.Mounts index; -1 for non-bind mounts
+	devices []int // by Spec.Linux.Devices index
+	null    int   // O_PATH fd of the host /dev/null, cloned per masked file
+}
+
+func (t *sourceTrees) close() {
+	for _, fds := range [][]int{t.mounts, t.devices, {t.null}} {
+		for _, fd := range fds {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+		}
+	}
+}
+
+func cloneSources(spec *specs.Spec, prepared Prepared) (*sourceTrees, error) {
+	t := &sourceTrees{mounts: make([]int, len(spec.Mounts)), null: -1}
+	for i := range t.mounts {
+		t.mounts[i] = -1
+	}
+	for i := range spec.Mounts {
+		m := &spec.Mounts[i]
+		if m.Type != "bind" {
+			continue
+		}
+		if fd, ok := prepared[i]; ok {
+			// Configured by the parent, which owns it; attached as is.
+			t.mounts[i] = fd
+			continue
+		}
+		fd, err := cloneBind(m)
+		if err != nil {
+			return t, &Error{Op: "bind", Dest: m.Destination, Err: err}
+		}
+		t.mounts[i] = fd
+	}
+	if spec.Linux == nil {
+		return t, nil
+	}
+	for _, d := range spec.Linux.Devices {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, d.Path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
+		if err == nil {
+			err = unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NOEXEC})
+		}
+		if err != nil {
+			return t, &Error{Op: "device", Dest: d.Path, Err: fmt.Errorf("clone host %s: %w", d.Path, err)}
+		}
+		t.devices = append(t.devices, fd)
+	}
+	if len(spec.Linux.MaskedPaths) > 0 {
+		fd, err := unix.Open("/dev/null", unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return t, &Error{Op: "mask", Dest: "/dev/null", Err: err}
+		}
+		t.null = fd
+	}
+	return t, nil
+}
+
+// Error is a failed mount step; Dest is the path inside the sandbox.
+type Error struct {
+	Op   string
+	Dest string
+	Err  error
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("mounts: %s %s: %v", e.Op, e.Dest, e.Err) }
+func (e *Error) Unwrap() error { return e.Err }
+
+func mountOne(rootfd int, m *specs.Mount) error {
+	switch m.Type {
+	case "agentrun-symlink":
+		return symlinkIn(rootfd, m.Source, m.Destination)
+	case "tmpfs", "proc", "devpts", "mqueue", "sysfs":
+		return fsMount(rootfd, m)
+	default:
+		return fmt.Errorf("unsupported mount type %q", m.Type)
+	}
+}
+
+func hasOpt(opts []string, o string) bool {
+	for _, x := range opts {
+		if x == o {
+			return true
+		}
+	}
+	return false
+}
+
+// attrsFor maps the OCI options we honour to mount_setattr attributes.
+func attrsFor(opts []string) uint64 {
+	var a uint64
+	for _, o := range opts {
+		switch o {
+		case "ro":
+			a |= unix.MOUNT_ATTR_RDONLY
+		case "nosuid":
+			a |= unix.MOUNT_ATTR_NOSUID
+		case "nodev":
+			a |= unix.MOUNT_ATTR_NODEV
+		case "noexec":
+			a |= unix.MOUNT_ATTR_NOEXEC
+		}
+	}
+	return a
+}
+
+// cloneBind makes a detached, configured clone of a bind source.
+func cloneBind(m *specs.Mount) (int, error) {
+	recursive := hasOpt(m.Options, "rbind")
+	// No symlink anywhere in the source: the compiler resolved it, so a
+	// symlink here was swapped in after the check.
+	src, err := unix.Openat2(unix.AT_FDCWD, m.Source, &unix.OpenHow{
+		Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS,
+	})
+	if err != nil {
+		return -1, fmt.Errorf("open source %s: %w", m.Source, err)
+	}
+	defer unix.Close(src)
+	flags := uint(unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC | unix.AT_EMPTY_PATH)
+	setFlags := uint(unix.AT_EMPTY_PATH)
+	if recursive {
+		flags |= unix.AT_RECURSIVE
+		setFlags |= unix.AT_RECURSIVE
+	}
+	tree, err := unix.OpenTree(src, "", flags)
+	if err != nil {
+		return -1, fmt.Errorf("clone %s: %w", m.Source, err)
+	}
+	if a := attrsFor(m.Options); a != 0 {
+		if err := unix.MountSetattr(tree, "", setFlags, &unix.MountAttr{Attr_set: a}); err != nil {
+			unix.Close(tree)
+			return -1, fmt.Errorf("set attributes on %s: %w", m.Source, err)
+		}
+	}
+	return tree, nil
+}
+
+// attachTree attaches a detached tree at dest, creating a directory or an
+// empty file as the mount point depending on what the tree's root is.
+func attachTree(rootfd, tree int, dest string) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(tree, &st); err != nil {
+		return fmt.Errorf("stat source: %w", err)
+	}
+	target, err := makeTarget(rootfd, dest, st.Mode&unix.S_IFMT == unix.S_IFDIR)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(target)
+	return attach(tree, target)
+}
+
+func attach(tree, target int) error {
+	if err := unix.MoveMount(tree, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attach: %w", err)
+	}
+	return nil
+}
+
+// fsMount creates a new filesystem instance (tmpfs, proc, devpts) with the
+// new mount API and attaches it at the destination.
+func fsMount(rootfd int, m *specs.Mount) error {
+	fsfd, err := unix.Fsopen(m.Type, unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("fsopen %s: %w", m.Type, err)
+	}
+	defer unix.Close(fsfd)
+	for _, o := range m.Options {
+		k, v, hasVal := strings.Cut(o, "=")
+		switch {
+		case attrsFor([]string{o}) != 0, o == "rw", o == "newinstance", o == "bind", o == "rbind":
+			continue // mount attributes, not filesystem parameters
+		case hasVal:
+			err = unix.FsconfigSetString(fsfd, k, v)
+		default:
+			err = unix.FsconfigSetFlag(fsfd, k)
+		}
+		if err != nil {
+			return fmt.Errorf("%s option %s: %w", m.Type, o, err)
+		}
+	}
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return fmt.Errorf("create %s: %w", m.Type, err)
+	}
+	mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, int(attrsFor(m.Options)))
+	if err != nil {
+		return fmt.Errorf("fsmount %s: %w", m.Type, err)
+	}
+	defer unix.Close(mfd)
+	target, err := makeTarget(rootfd, m.Destination, true)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(target)
+	return attach(mfd, target)
+}
+
+// maskPath hides p: files get /dev/null bound over them, directories an
+// empty read-only tmpfs. Paths that do not exist are fine.
+func maskPath(rootfd, null int, p string) error {
+	target, err := resolveIn(rootfd, p, unix.O_PATH|unix.O_NOFOLLOW)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(target)
+	var st unix.Stat_t
+	if err := unix.Fstat(target, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		fsfd, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fsfd)
+		if err := unix.FsconfigSetString(fsfd, "size", "0"); err != nil {
+			return err
+		}
+		if err := unix.FsconfigCreate(fsfd); err != nil {
+			return err
+		}
+		mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(mfd)
+		return attach(mfd, target)
+	}
+	tree, err := unix.OpenTree(null, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(tree)
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NOEXEC}); err != nil {
+		return err
+	}
+	return attach(tree, target)
+}
+
+// readonlyPath stacks a read-only clone of p over itself.
+func readonlyPath(rootfd int, p string) error {
+	target, err := resolveIn(rootfd, p, unix.O_PATH|unix.O_NOFOLLOW)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(target)
+	tree, err := unix.OpenTree(target, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(tree)
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
+		return err
+	}
+	return attach(tree, target)
+}
+
+func pivot(rootfd int, readonly bool) error {
+	if err := unix.Fchdir(rootfd); err != nil {
+		return &Error{Op: "chdir", Dest: "/", Err: err}
+	}
+	// pivot_root(".", ".") stacks the old root on top of the new one; the
+	// detach below drops it, so no path to the host tree remains.
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return &Error{Op: "pivot_root", Dest: "/", Err: err}
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return &Error{Op: "detach old root", Dest: "/", Err: err}
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return &Error{Op: "chdir", Dest: "/", Err: err}
+	}
+	if readonly {
+		if err := unix.MountSetattr(unix.AT_FDCWD, "/", 0, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
+			return &Error{Op: "remount read-only", Dest: "/", Err: err}
+		}
+	}
+	return nil
+}
+
+// resolveIn opens p relative to rootfd as if rootfd were "/": symlinks and
+// ".." cannot leave it, and /proc magic links are refused.
+func resolveIn(rootfd int, p string, flags int) (int, error) {
+	return unix.Openat2(rootfd, strings.TrimPrefix(p, "/"), &unix.OpenHow{
+		Flags:   uint64(flags | unix.O_CLOEXEC),
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+	})
+}
+
+// mkdirAllIn returns an O_PATH fd for directory p inside rootfd, creating
+// missing components. Each component is created relative to its resolved
+// parent and re-opened without following symlinks, so a symlink planted
+// between the two steps fails instead of redirecting the mount.
+func mkdirAllIn(rootfd int, p string) (int, error) {
+	p = path.Clean("/" + p)
+	if p == "/" {
+		return unix.Dup(rootfd)
+	}
+	fd, err := resolveIn(rootfd, p, unix.O_PATH|unix.O_DIRECTORY)
+	if err == nil || !errors.Is(err, unix.ENOENT) {
+		return fd, err
+	}
+	dir, base := path.Split(p)
+	pfd, err := mkdirAllIn(rootfd, dir)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(pfd)
+	if err := unix.Mkdirat(pfd, base, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+		return -1, fmt.Errorf("mkdir %s: %w", p, err)
+	}
+	return unix.Openat2(pfd, base, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS,
+	})
+}
+
+// makeTarget returns an fd for the mount point p, creating a directory or
+// an empty file as needed.
+func makeTarget(rootfd int, p string, dir bool) (int, error) {
+	if dir {
+		fd, err := mkdirAllIn(rootfd, p)
+		if err != nil {
+			return -1, fmt.Errorf("mount point %s: %w", p, err)
+		}
+		return fd, nil
+	}
+	parent, base := path.Split(path.Clean(p))
+	pfd, err := mkdirAllIn(rootfd, parent)
+	if err != nil {
+		return -1, fmt.Errorf("mount point %s: %w", p, err)
+	}
+	defer unix.Close(pfd)
+	fd, err := unix.Openat(pfd, base, unix.O_RDONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return -1, fmt.Errorf("mount point %s: %w", p, err)
+	}
+	return fd, nil
+}
+
+func symlinkIn(rootfd int, target, p string) error {
+	parent, base := path.Split(path.Clean(p))
+	pfd, err := mkdirAllIn(rootfd, parent)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	if err := unix.Symlinkat(target, pfd, base); err != nil {
+		return fmt.Errorf("symlink %s -> %s: %w", p, target, err)
+	}
+	return nil
+}

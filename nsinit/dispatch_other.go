@@ -1,0 +1,6 @@
+//go:build !linux
+
+package nsinit
+
+// Dispatch does nothing where there is no Linux init to re-exec.
+func Dispatch() {}

@@ -1,0 +1,162 @@
+//go:build linux
+
+package nsinit
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// holdArg0 is argv[0] of a process that only exists to own a user
+// namespace whose fd the parent needs; it blocks until killed.
+const holdArg0 = "agentrun-userns-hold"
+
+// Dispatch runs the re-exec'd roles of the binary (sandbox init, userns
+// holder) and does not return for them. Call it first thing in main.
+func Dispatch() {
+	if len(os.Args) == 0 {
+		return
+	}
+	switch os.Args[0] {
+	case InitArg0:
+		Init()
+	case holdArg0:
+		var b [1]byte
+		_, _ = os.Stdin.Read(b[:])
+		os.Exit(0)
+	}
+}
+
+// preparedMounts are detached mounts made by the parent for the child.
+type preparedMounts struct {
+	files    []*os.File
+	childFDs map[int]int
+}
+
+func (p *preparedMounts) close() {
+	for _, f := range p.files {
+		f.Close()
+	}
+}
+
+// prepareMounts creates the idmapped binds of the Spec. Only host root may
+// idmap a mount of a filesystem owned by the initial user namespace, so the
+// parent builds them as detached trees and the child attaches them.
+func prepareMounts(spec *specs.Spec) (*preparedMounts, error) {
+	p := &preparedMounts{}
+	usernsByKey := map[string]int{}
+	defer func() {
+		for _, fd := range usernsByKey {
+			unix.Close(fd)
+		}
+	}()
+	for i := range spec.Mounts {
+		m := &spec.Mounts[i]
+		if len(m.UIDMappings) == 0 && len(m.GIDMappings) == 0 {
+			continue
+		}
+		key := fmt.Sprint(m.UIDMappings, m.GIDMappings)
+		nsfd, ok := usernsByKey[key]
+		if !ok {
+			var err error
+			if nsfd, err = idmapUserns(m.UIDMappings, m.GIDMappings); err != nil {
+				p.close()
+				return nil, &StepError{Step: "idmap " + m.Destination, Msg: err.Error()}
+			}
+			usernsByKey[key] = nsfd
+		}
+		tree, err := idmappedTree(m, nsfd)
+		if err != nil {
+			p.close()
+			return nil, &StepError{Step: "idmap " + m.Destination, Msg: err.Error()}
+		}
+		if p.childFDs == nil {
+			p.childFDs = map[int]int{}
+		}
+		p.files = append(p.files, os.NewFile(uintptr(tree), "idmap"))
+		p.childFDs[i] = syncFD + len(p.files)
+	}
+	return p, nil
+}
+
+func idmappedTree(m *specs.Mount, nsfd int) (int, error) {
+	recursive := false
+	for _, o := range m.Options {
+		recursive = recursive || o == "rbind"
+	}
+	src, err := unix.Openat2(unix.AT_FDCWD, m.Source, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS})
+	if err != nil {
+		return -1, fmt.Errorf("open %s: %w", m.Source, err)
+	}
+	defer unix.Close(src)
+	flags := uint(unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC | unix.AT_EMPTY_PATH)
+	setFlags := uint(unix.AT_EMPTY_PATH)
+	if recursive {
+		flags |= unix.AT_RECURSIVE
+		setFlags |= unix.AT_RECURSIVE
+	}
+	tree, err := unix.OpenTree(src, "", flags)
+	if err != nil {
+		return -1, fmt.Errorf("clone %s: %w", m.Source, err)
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Userns_fd: uint64(nsfd)}
+	for _, o := range m.Options {
+		if o == "ro" {
+			attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+		}
+	}
+	if err := unix.MountSetattr(tree, "", setFlags, &attr); err != nil {
+		unix.Close(tree)
+		return -1, fmt.Errorf("idmapped mount of %s (the filesystem must support idmapped mounts, Linux 5.12+): %w", m.Source, err)
+	}
+	return tree, nil
+}
+
+// idmapUserns returns an fd of a user namespace with the given maps, owned
+// by a short-lived holder process.
+func idmapUserns(uids, gids []specs.LinuxIDMapping) (int, error) {
+	conv := func(ms []specs.LinuxIDMapping) []syscall.SysProcIDMap {
+		out := make([]syscall.SysProcIDMap, len(ms))
+		for i, m := range ms {
+			out[i] = syscall.SysProcIDMap{ContainerID: int(m.ContainerID), HostID: int(m.HostID), Size: int(m.Size)}
+		}
+		return out
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return -1, err
+	}
+	defer w.Close()
+	cmd := &exec.Cmd{
+		Path:  "/proc/self/exe",
+		Args:  []string{holdArg0},
+		Env:   []string{},
+		Stdin: r,
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags:  unix.CLONE_NEWUSER,
+			UidMappings: conv(uids),
+			GidMappings: conv(gids),
+			Pdeathsig:   syscall.SIGKILL,
+		},
+	}
+	err = cmd.Start()
+	r.Close()
+	if err != nil {
+		return -1, fmt.Errorf("userns holder: %w", err)
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
+	fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", cmd.Process.Pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open holder userns: %w", err)
+	}
+	return fd, nil
+}
+

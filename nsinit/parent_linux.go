@@ -1,0 +1,302 @@
+//go:build linux
+
+package nsinit
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"syscall"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// Config is what Start needs besides the Spec.
+type Config struct {
+	Spec   *specs.Spec
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	// Warn receives one-line warnings (e.g. clamped rlimits).
+	Warn func(string)
+	// UsernsBlocker explains why a user namespace could not be created; the
+	// caller supplies it so this package stays free of host probing.
+	UsernsBlocker func() string
+}
+
+// Exit is how the sandboxed command ended.
+type Exit struct {
+	Code   int // exit status, or 128+Signal
+	Signal int // signal that killed the command (or init), 0 if none
+}
+
+// Process is a running sandbox.
+type Process struct {
+	pid    int
+	sock   *os.File
+	waited chan struct{}
+	state  *os.ProcessState
+	err    error
+	// pending holds an exit report that arrived during Start.
+	pending *report
+}
+
+// initCaps are the capabilities init keeps across its execve (as ambient
+// capabilities, because it runs as a non-root uid of the new namespace):
+// mounts and pivot_root, bringing up loopback, dropping the bounding set.
+var initCaps = [...]uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_SETPCAP}
+
+// Start clones the init into the Spec's namespaces and returns once the
+// command is running, or with a *StepError naming what failed.
+func Start(cfg *Config) (*Process, error) {
+	spec := cfg.Spec
+	if spec.Process == nil || len(spec.Process.Args) == 0 || spec.Linux == nil {
+		return nil, &StepError{Step: "spec", Msg: "no process, args or linux section"}
+	}
+	clampRlimits(spec.Process, cfg.Warn)
+
+	prep, err := prepareMounts(spec)
+	if err != nil {
+		return nil, err
+	}
+	defer prep.close()
+
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, &StepError{Step: "sync socket", Msg: err.Error()}
+	}
+	parentSock := os.NewFile(uintptr(fds[0]), "sync-parent")
+	childSock := os.NewFile(uintptr(fds[1]), "sync-child")
+
+	cmd := &exec.Cmd{
+		Path:        "/proc/self/exe",
+		Args:        []string{InitArg0},
+		Env:         []string{},
+		Stdin:       cfg.Stdin,
+		Stdout:      cfg.Stdout,
+		Stderr:      cfg.Stderr,
+		ExtraFiles:  append([]*os.File{childSock}, prep.files...),
+		SysProcAttr: sysProcAttr(spec),
+	}
+	p := &Process{sock: parentSock, waited: make(chan struct{})}
+	started := make(chan error, 1)
+	go p.run(cmd, started)
+	err = <-started
+	childSock.Close()
+	if err != nil {
+		parentSock.Close()
+		return nil, startError(err, cfg.UsernsBlocker)
+	}
+
+	msg, err := json.Marshal(&config{Spec: spec, Prepared: prep.childFDs})
+	if err != nil {
+		p.Kill()
+		p.wait()
+		return nil, &StepError{Step: "sync", Msg: err.Error()}
+	}
+	if _, err := parentSock.Write(msg); err != nil {
+		p.Kill()
+		return nil, p.failed("sync", err)
+	}
+	r, err := p.read()
+	switch {
+	case err != nil:
+		p.Kill()
+		return nil, p.failed("init", err)
+	case r.Type == repError:
+		p.wait()
+		return nil, &StepError{Step: r.Step, Msg: r.Error}
+	case r.Type == repExit:
+		// The command could not even be started (not found, not
+		// executable): a normal exit with a shell-style status.
+		p.pending = &r
+		return p, nil
+	case r.Type != repStarted:
+		p.Kill()
+		return nil, p.failed("sync", fmt.Errorf("unexpected report %q", r.Type))
+	}
+	return p, nil
+}
+
+// run starts and waits for the init on one locked OS thread: the parent
+// death signal fires when the thread that forked the child exits, so the
+// thread must outlive the child.
+func (p *Process) run(cmd *exec.Cmd, started chan<- error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := cmd.Start(); err != nil {
+		started <- err
+		close(p.waited)
+		return
+	}
+	p.pid = cmd.Process.Pid
+	started <- nil
+	p.err = cmd.Wait()
+	p.state = cmd.ProcessState
+	close(p.waited)
+}
+
+func sysProcAttr(spec *specs.Spec) *syscall.SysProcAttr {
+	var flags uintptr
+	for _, ns := range spec.Linux.Namespaces {
+		flags |= nsFlag(ns.Type)
+	}
+	rootless := os.Geteuid() != 0
+	a := &syscall.SysProcAttr{
+		Cloneflags: flags,
+		Setsid:     true, // no controlling terminal: TIOCSTI cannot reach the caller's tty
+		Pdeathsig:  syscall.SIGKILL,
+		Credential: &syscall.Credential{
+			Uid:         spec.Process.User.UID,
+			Gid:         spec.Process.User.GID,
+			NoSetGroups: rootless,
+		},
+		GidMappingsEnableSetgroups: !rootless,
+		AmbientCaps:                initCaps[:],
+	}
+	for _, m := range spec.Linux.UIDMappings {
+		a.UidMappings = append(a.UidMappings, syscall.SysProcIDMap{ContainerID: int(m.ContainerID), HostID: int(m.HostID), Size: int(m.Size)})
+	}
+	for _, m := range spec.Linux.GIDMappings {
+		a.GidMappings = append(a.GidMappings, syscall.SysProcIDMap{ContainerID: int(m.ContainerID), HostID: int(m.HostID), Size: int(m.Size)})
+	}
+	return a
+}
+
+func nsFlag(t specs.LinuxNamespaceType) uintptr {
+	switch t {
+	case specs.UserNamespace:
+		return unix.CLONE_NEWUSER
+	case specs.MountNamespace:
+		return unix.CLONE_NEWNS
+	case specs.PIDNamespace:
+		return unix.CLONE_NEWPID
+	case specs.NetworkNamespace:
+		return unix.CLONE_NEWNET
+	case specs.UTSNamespace:
+		return unix.CLONE_NEWUTS
+	case specs.IPCNamespace:
+		return unix.CLONE_NEWIPC
+	case specs.CgroupNamespace:
+		return unix.CLONE_NEWCGROUP
+	}
+	return 0
+}
+
+// startError names the missing kernel feature when clone fails.
+func startError(err error, blocker func() string) error {
+	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EUSERS) {
+		msg := "cannot create user namespace: " + err.Error()
+		if blocker != nil {
+			if b := blocker(); b != "" {
+				msg = b
+			}
+		}
+		return &StepError{Step: "user namespace", Msg: msg}
+	}
+	return &StepError{Step: "clone", Msg: err.Error()}
+}
+
+// read returns the next report from the child.
+func (p *Process) read() (report, error) {
+	buf := make([]byte, 64<<10)
+	n, err := p.sock.Read(buf)
+	if err != nil {
+		return report{}, err
+	}
+	var r report
+	if err := json.Unmarshal(buf[:n], &r); err != nil {
+		return report{}, fmt.Errorf("bad report: %w", err)
+	}
+	return r, nil
+}
+
+// failed waits for a child that died during setup and describes it.
+func (p *Process) failed(stepName string, cause error) error {
+	p.wait()
+	msg := cause.Error()
+	if errors.Is(cause, io.EOF) {
+		msg = "init exited without a report"
+	}
+	if p.state != nil {
+		msg += " (" + p.state.String() + ")"
+	}
+	return &StepError{Step: stepName, Msg: msg}
+}
+
+func (p *Process) wait() { <-p.waited }
+
+// Pid is the host pid of the sandbox's init.
+func (p *Process) Pid() int { return p.pid }
+
+// Signal forwards sig to the command through init.
+func (p *Process) Signal(sig syscall.Signal) error {
+	select {
+	case <-p.waited:
+		return os.ErrProcessDone
+	default:
+	}
+	return unix.Kill(p.pid, sig)
+}
+
+// Kill ends the whole sandbox: init dies and the kernel kills every
+// process left in its PID namespace.
+func (p *Process) Kill() error { return p.Signal(unix.SIGKILL) }
+
+// Wait blocks until the sandbox has ended and returns how the command ended.
+func (p *Process) Wait() (Exit, error) {
+	r, rerr := report{}, error(nil)
+	if p.pending != nil {
+		r = *p.pending
+	} else {
+		r, rerr = p.read()
+	}
+	p.wait()
+	p.sock.Close()
+	if rerr == nil && r.Type == repExit {
+		if r.Signal != 0 {
+			return Exit{Code: 128 + r.Signal, Signal: r.Signal}, nil
+		}
+		return Exit{Code: r.Code}, nil
+	}
+	// No report: init itself was killed (timeout, SIGKILL from outside).
+	if p.state == nil {
+		return Exit{}, fmt.Errorf("nsinit: wait: %v", p.err)
+	}
+	ws := p.state.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		return Exit{Code: 128 + int(ws.Signal()), Signal: int(ws.Signal())}, nil
+	}
+	return Exit{Code: ws.ExitStatus()}, nil
+}
+
+// clampRlimits lowers requests above the hard limit this process holds:
+// raising a hard limit needs CAP_SYS_RESOURCE in the initial namespace,
+// which a sandbox launcher should not need (and these hosts do not have).
+func clampRlimits(proc *specs.Process, warn func(string)) {
+	for i := range proc.Rlimits {
+		r := &proc.Rlimits[i]
+		res, ok := rlimitResource(r.Type)
+		if !ok {
+			continue
+		}
+		var cur unix.Rlimit
+		if unix.Getrlimit(res, &cur) != nil {
+			continue
+		}
+		if r.Hard > cur.Max {
+			if warn != nil {
+				warn(fmt.Sprintf("%s %d is above the hard limit %d this process holds; using %d", r.Type, r.Hard, cur.Max, cur.Max))
+			}
+			r.Hard = cur.Max
+		}
+		if r.Soft > r.Hard {
+			r.Soft = r.Hard
+		}
+	}
+}
