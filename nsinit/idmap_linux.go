@@ -159,4 +159,3 @@ func idmapUserns(uids, gids []specs.LinuxIDMapping) (int, error) {
 	}
 	return fd, nil
 }
-
