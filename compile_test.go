@@ -1,0 +1,304 @@
+package agentrun
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// fakeFS is a host for the compiler: paths map to a mode, links to targets.
+type fakeFS struct {
+	dirs, files map[string]bool
+	links       map[string]string
+}
+
+type fakeInfo struct {
+	name string
+	mode fs.FileMode
+}
+
+func (f fakeInfo) Name() string       { return f.name }
+func (f fakeInfo) Size() int64        { return 0 }
+func (f fakeInfo) Mode() fs.FileMode  { return f.mode }
+func (f fakeInfo) ModTime() time.Time { return time.Time{} }
+func (f fakeInfo) IsDir() bool        { return f.mode.IsDir() }
+func (f fakeInfo) Sys() any           { return nil }
+
+func (f *fakeFS) host(uid int) *HostInfo {
+	return &HostInfo{
+		UID: uid, GID: uid, Workspace: "/home/u/proj", WorkspaceUID: 1234, WorkspaceGID: 1234,
+		Environ: []string{"PATH=/usr/bin:/bin", "AWS_SECRET_ACCESS_KEY=x", "TERM=xterm"},
+		Lstat: func(p string) (fs.FileInfo, error) {
+			switch {
+			case f.dirs[p]:
+				return fakeInfo{p, fs.ModeDir | 0o755}, nil
+			case f.files[p]:
+				return fakeInfo{p, 0o644}, nil
+			case f.links[p] != "":
+				return fakeInfo{p, fs.ModeSymlink | 0o777}, nil
+			}
+			return nil, fs.ErrNotExist
+		},
+		Readlink: func(p string) (string, error) {
+			if t, ok := f.links[p]; ok {
+				return t, nil
+			}
+			return "", fs.ErrInvalid
+		},
+		Resolve: func(p string) (string, error) {
+			if t, ok := f.links[p]; ok {
+				return t, nil
+			}
+			return p, nil
+		},
+		Owner: func(string) (int, int, error) { return 42, 43, nil },
+	}
+}
+
+func newFakeFS() *fakeFS {
+	return &fakeFS{
+		dirs:  map[string]bool{"/usr": true, "/data": true, "/etc/ssl": true, "/cache": true},
+		files: map[string]bool{"/etc/passwd": true, "/etc/hosts": true, "/srv/file": true},
+		links: map[string]string{"/bin": "usr/bin", "/lib": "usr/lib", "/etc/resolv.conf": "/run/resolv.conf", "/data-link": "/data"},
+	}
+}
+
+func mountAt(s *specs.Spec, dest string) *specs.Mount {
+	for i := range s.Mounts {
+		if s.Mounts[i].Destination == dest {
+			return &s.Mounts[i]
+		}
+	}
+	return nil
+}
+
+func TestCompileRootless(t *testing.T) {
+	p := &Policy{Command: []string{"sh", "-c", "true"}, Env: []string{"FOO=bar"}}
+	s, err := Compile(p, newFakeFS().host(1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Process.User.UID != 1000 || s.Linux.UIDMappings[0] != (specs.LinuxIDMapping{ContainerID: 1000, HostID: 1000, Size: 1}) {
+		t.Errorf("rootless must map the caller's uid to itself: user %+v maps %+v", s.Process.User, s.Linux.UIDMappings)
+	}
+	if !s.Process.NoNewPrivileges || s.Process.Capabilities == nil || len(s.Process.Capabilities.Bounding) != 0 {
+		t.Errorf("want no_new_privs and empty capability sets, got %+v", s.Process)
+	}
+	ws := mountAt(s, "/workspace")
+	if ws == nil || ws.Source != "/home/u/proj" || len(ws.UIDMappings) != 0 || !hasOption(ws, "rw") {
+		t.Errorf("rootless workspace bind wrong: %+v", ws)
+	}
+	if m := mountAt(s, "/bin"); m == nil || m.Type != MountTypeSymlink || m.Source != "usr/bin" {
+		t.Errorf("/bin should reproduce the host symlink, got %+v", m)
+	}
+	if m := mountAt(s, "/usr"); m == nil || !hasOption(m, "ro") || !hasOption(m, "nosuid") {
+		t.Errorf("/usr must be a read-only nosuid bind, got %+v", m)
+	}
+	if m := mountAt(s, "/etc/resolv.conf"); m == nil || m.Source != "/run/resolv.conf" {
+		t.Errorf("/etc/resolv.conf should bind the link's target, got %+v", m)
+	}
+	for _, d := range []string{"/proc", "/dev", "/dev/pts", "/tmp", "/var/tmp", "/dev/shm"} {
+		if mountAt(s, d) == nil {
+			t.Errorf("missing mount %s", d)
+		}
+	}
+	if mountAt(s, "/etc/shadow") != nil || mountAt(s, "/home") != nil || mountAt(s, "/root") != nil {
+		t.Error("secret locations must not be bound")
+	}
+	if !hasNS(s, specs.NetworkNamespace) || !hasNS(s, specs.UserNamespace) || !hasNS(s, specs.PIDNamespace) {
+		t.Errorf("default policy needs user, pid and network namespaces: %+v", s.Linux.Namespaces)
+	}
+	env := strings.Join(s.Process.Env, "\n")
+	if strings.Contains(env, "AWS_SECRET") || !strings.Contains(env, "FOO=bar") || !strings.Contains(env, "TERM=xterm") {
+		t.Errorf("environment not filtered: %q", env)
+	}
+	if s.Hostname != "agentrun" || s.Process.Cwd != "/workspace" {
+		t.Errorf("hostname %q cwd %q", s.Hostname, s.Process.Cwd)
+	}
+}
+
+func hasOption(m *specs.Mount, o string) bool {
+	for _, x := range m.Options {
+		if x == o {
+			return true
+		}
+	}
+	return false
+}
+
+func hasNS(s *specs.Spec, t specs.LinuxNamespaceType) bool {
+	for _, ns := range s.Linux.Namespaces {
+		if ns.Type == t {
+			return true
+		}
+	}
+	return false
+}
+
+func TestCompileRootModeIdmapsUserBinds(t *testing.T) {
+	p := &Policy{Command: []string{"true"}, Mounts: []Mount{{Source: "/data", Dest: "/data", Mode: MountRO}}}
+	s, err := Compile(p, newFakeFS().host(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Process.User.UID == 0 || s.Linux.UIDMappings[0].HostID != RootModeHostID {
+		t.Fatalf("root mode must not run as host root: user %+v maps %+v", s.Process.User, s.Linux.UIDMappings)
+	}
+	ws := mountAt(s, "/workspace")
+	if ws == nil || len(ws.UIDMappings) != 1 || ws.UIDMappings[0].ContainerID != 1234 || ws.UIDMappings[0].HostID != RootModeHostID {
+		t.Errorf("workspace must be idmapped from its owner: %+v", ws)
+	}
+	d := mountAt(s, "/data")
+	if d == nil || d.UIDMappings[0].ContainerID != 42 || !hasOption(d, "ro") {
+		t.Errorf("--ro bind must be idmapped from its owner and read-only: %+v", d)
+	}
+	if m := mountAt(s, "/usr"); len(m.UIDMappings) != 0 {
+		t.Errorf("system dirs must not be idmapped: %+v", m)
+	}
+}
+
+func TestCompileNetworkHost(t *testing.T) {
+	s, err := Compile(&Policy{Command: []string{"true"}, Network: NetworkHost}, newFakeFS().host(1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hasNS(s, specs.NetworkNamespace) {
+		t.Error("--net host must share the host network namespace")
+	}
+}
+
+func TestCompileLimits(t *testing.T) {
+	p := &Policy{Command: []string{"true"}, Limits: Limits{Memory: 64 << 20, Pids: 10, CPUs: 0.5, NoFile: 100, CPUTime: Duration(1500 * time.Millisecond)}}
+	s, err := Compile(p, newFakeFS().host(1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := s.Linux.Resources
+	if r == nil || *r.Memory.Limit != 64<<20 || *r.Memory.Swap != 64<<20 || *r.Pids.Limit != 10 || *r.CPU.Quota != 50000 || *r.CPU.Period != 100000 {
+		t.Errorf("resources wrong: %+v", r)
+	}
+	want := map[string]uint64{"RLIMIT_NOFILE": 100, "RLIMIT_CPU": 2}
+	for _, rl := range s.Process.Rlimits {
+		if want[rl.Type] != rl.Hard || rl.Soft != rl.Hard {
+			t.Errorf("rlimit %+v", rl)
+		}
+		delete(want, rl.Type)
+	}
+	if len(want) != 0 {
+		t.Errorf("missing rlimits %v", want)
+	}
+	s, _ = Compile(&Policy{Command: []string{"true"}}, newFakeFS().host(1000))
+	if s.Linux.Resources != nil {
+		t.Error("no limits requested, but resources set")
+	}
+}
+
+func TestCompileExtraMounts(t *testing.T) {
+	fake := newFakeFS()
+	p := &Policy{Command: []string{"true"}, Mounts: []Mount{
+		{Source: "/cache", Dest: "/a/b/cache", Mode: MountRW},
+		{Dest: "/a", Mode: MountTmpfs},
+		{Source: "/srv/file", Dest: "/srv/file", Mode: MountRO},
+	}}
+	s, err := Compile(p, fake.host(1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, ab := -1, -1
+	for i, m := range s.Mounts {
+		switch m.Destination {
+		case "/a":
+			a = i
+		case "/a/b/cache":
+			ab = i
+		}
+	}
+	if a < 0 || ab < 0 || a > ab {
+		t.Errorf("parent tmpfs /a must come before /a/b/cache (got %d, %d)", a, ab)
+	}
+	if m := mountAt(s, "/a/b/cache"); !hasOption(m, "rw") {
+		t.Errorf("--rw must be writable: %+v", m)
+	}
+}
+
+func TestCompileRejects(t *testing.T) {
+	cases := []struct {
+		name string
+		p    Policy
+		want string
+	}{
+		{"no command", Policy{}, "no command"},
+		{"bad net", Policy{Network: "bridge"}, "network mode"},
+		{"relative dest", Policy{Mounts: []Mount{{Source: "/data", Dest: "data", Mode: MountRO}}}, "not absolute"},
+		{"dotdot dest", Policy{Mounts: []Mount{{Source: "/data", Dest: "/x/../etc", Mode: MountRO}}}, "contains .."},
+		{"unclean dest", Policy{Mounts: []Mount{{Source: "/data", Dest: "/x//y", Mode: MountRO}}}, "not clean"},
+		{"reserved dest", Policy{Mounts: []Mount{{Source: "/data", Dest: "/workspace", Mode: MountRW}}}, "owned by the runtime"},
+		{"proc dest", Policy{Mounts: []Mount{{Source: "/data", Dest: "/proc/sys", Mode: MountRW}}}, "under /proc"},
+		{"duplicate", Policy{Mounts: []Mount{{Source: "/data", Dest: "/d", Mode: MountRO}, {Dest: "/d", Mode: MountTmpfs}}}, "twice"},
+		{"missing source", Policy{Mounts: []Mount{{Source: "/nope", Dest: "/d", Mode: MountRO}}}, "does not exist"},
+		{"symlink source", Policy{Mounts: []Mount{{Source: "/data-link", Dest: "/d", Mode: MountRO}}}, "is a symlink (to /data)"},
+		{"relative source", Policy{Mounts: []Mount{{Source: "data", Dest: "/d", Mode: MountRO}}}, "not absolute"},
+		{"tmpfs with source", Policy{Mounts: []Mount{{Source: "/data", Dest: "/d", Mode: MountTmpfs}}}, "takes no source"},
+		{"bad mode", Policy{Mounts: []Mount{{Source: "/data", Dest: "/d", Mode: "rx"}}}, "mount mode"},
+		{"bad env", Policy{Env: []string{"NOEQUALS"}}, "not KEY=VALUE"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := c.p
+			if c.name != "no command" {
+				p.Command = []string{"true"}
+			}
+			_, err := Compile(&p, newFakeFS().host(1000))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("want error containing %q, got %v", c.want, err)
+			}
+		})
+	}
+}
+
+func TestResolveWorkspace(t *testing.T) {
+	dir := t.TempDir()
+	link := dir + "/link"
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir+"/file", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := (&Policy{Workspace: dir}).ResolveWorkspace(); err != nil || got == "" {
+		t.Errorf("real dir: %q %v", got, err)
+	}
+	for path, want := range map[string]string{
+		link:              "is a symlink to",
+		dir + "/missing":  "does not exist",
+		dir + "/file":     "not a directory",
+		dir + "/dangling": "dangling",
+	} {
+		if want == "dangling" {
+			if err := os.Symlink(dir+"/nowhere", path); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, err := (&Policy{Workspace: path}).ResolveWorkspace()
+		if err == nil || !strings.Contains(err.Error(), want) || !errors.Is(err, ErrWorkspace) {
+			t.Errorf("%s: want %q, got %v", path, want, err)
+		}
+	}
+}
+
+func TestUsernsBlocker(t *testing.T) {
+	read := func(vals map[string]string) func(string) string {
+		return func(p string) string { return vals[p] }
+	}
+	if got := usernsBlocker(read(map[string]string{"/proc/sys/user/max_user_namespaces": "0"})); !strings.Contains(got, "user.max_user_namespaces") {
+		t.Errorf("max_user_namespaces=0 not named: %q", got)
+	}
+	if got := usernsBlocker(read(map[string]string{"/proc/sys/user/max_user_namespaces": "100"})); got != "" {
+		t.Errorf("nothing blocks, got %q", got)
+	}
+}
