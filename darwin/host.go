@@ -9,5 +9,3 @@ func ptyName(rdev uint64) string {
 	return fmt.Sprintf("/dev/ttys%03d", rdev&0xffffff)
 }
 
-// xcodeSelectLink points at the developer directory xcode-select chose.
-const xcodeSelectLink = "/private/var/db/xcode_select_link"

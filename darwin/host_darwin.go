@@ -10,6 +10,9 @@ import (
 
 // Terminals returns the device paths of the pty terminals among the
 // caller's stdio, so the profile can open exactly those ttys and no other.
+// xcodeSelectLink points at the developer directory xcode-select chose.
+const xcodeSelectLink = "/private/var/db/xcode_select_link"
+
 func Terminals(streams ...any) []string {
 	var out []string
 	for _, s := range streams {
