@@ -8,4 +8,3 @@ import "fmt"
 func ptyName(rdev uint64) string {
 	return fmt.Sprintf("/dev/ttys%03d", rdev&0xffffff)
 }
-
