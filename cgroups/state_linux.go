@@ -1,0 +1,235 @@
+//go:build linux
+
+package cgroups
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// record is the state kept per live cgroup so that a later runtime can
+// clean up after one that was SIGKILLed.
+type record struct {
+	Version    int      `json:"version"`
+	ID         string   `json:"id"`
+	Parent     string   `json:"parent"`
+	V2         bool     `json:"v2"`
+	Paths      []string `json:"paths"`
+	OwnerPID   int      `json:"owner_pid"`
+	OwnerStart uint64   `json:"owner_start"`
+	OwnerPidNS uint64   `json:"owner_pidns"`
+}
+
+// defaultStateDir picks the record directory for euid (see Options).
+func defaultStateDir(euid int) string {
+	if euid == 0 {
+		return "/run/agentrun/cgroups"
+	}
+	if x := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(x) && privateDir(x, euid) == nil {
+		return filepath.Join(x, "agentrun", "cgroups")
+	}
+	return filepath.Join(os.TempDir(), "agentrun-"+strconv.Itoa(euid), "cgroups")
+}
+
+// privateDir checks that dir is a real directory (not a symlink) owned by
+// uid that nobody else can write: in a shared /tmp anyone could have
+// created it first, and records there steer what Sweep kills and removes.
+// (Directories agentrun creates are 0700; reading is not the risk.)
+func privateDir(dir string, uid int) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return &fs.PathError{Op: "lstat", Path: dir, Err: err}
+	}
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+		return fmt.Errorf("cgroups: state directory %s is not a directory", dir)
+	case int(st.Uid) != uid:
+		return fmt.Errorf("cgroups: refusing state directory %s: owned by uid %d, not %d", dir, st.Uid, uid)
+	case st.Mode&0o022 != 0:
+		return fmt.Errorf("cgroups: refusing state directory %s: mode %#o lets other users write it (want 0700)", dir, st.Mode&0o777)
+	}
+	return nil
+}
+
+// ensureStateDir creates the state directory (and, for the /tmp fallback,
+// its private parent) and verifies ownership.
+func (m *Manager) ensureStateDir() error {
+	dir := m.stateDir
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("cgroups: state directory: %w", err)
+	}
+	if err := privateDir(dir, m.euid); err != nil {
+		return err
+	}
+	// The /tmp fallback: its agentrun-$UID parent must be private too.
+	if p := filepath.Dir(dir); strings.HasPrefix(filepath.Base(p), "agentrun-") {
+		if err := privateDir(p, m.euid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeRecord stores rec and returns its path. One O_EXCL create and one
+// small write: a concurrent Sweep may see the file empty for an instant,
+// which it tolerates (see sweepOne); the exclusive create also refuses an
+// id that is in use.
+func (m *Manager) writeRecord(rec record) (string, error) {
+	if err := m.ensureStateDir(); err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return "", fmt.Errorf("cgroups: record: %w", err)
+	}
+	path := filepath.Join(m.stateDir, rec.ID+".json")
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return "", fmt.Errorf("cgroups: sandbox id %q already has a state record %s", rec.ID, path)
+		}
+		return "", fmt.Errorf("cgroups: record: %w", err)
+	}
+	_, werr := f.Write(b)
+	if err := errors.Join(werr, f.Close()); err != nil {
+		os.Remove(path)
+		return "", fmt.Errorf("cgroups: record: %w", err)
+	}
+	return path, nil
+}
+
+// Sweep removes the cgroups of runtimes that died without cleaning up: for
+// every record whose owner process is gone it kills what is left inside,
+// removes the directories and the record. Call it before each spawn; with
+// nothing to sweep it costs one directory read. removed counts cgroups
+// swept; err joins the failures, which do not stop the sweep.
+func (m *Manager) Sweep() (removed int, err error) {
+	ents, err := os.ReadDir(m.stateDir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("cgroups: sweep: %w", err)
+	}
+	if len(ents) == 0 {
+		return 0, nil
+	}
+	if err := privateDir(m.stateDir, m.euid); err != nil {
+		return 0, fmt.Errorf("cgroups: sweep: %w", err)
+	}
+	var errs []error
+	for _, e := range ents {
+		name := e.Name()
+		if !strings.HasSuffix(name, ".json") {
+			continue
+		}
+		ok, err := m.sweepOne(filepath.Join(m.stateDir, name))
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if ok {
+			removed++
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+func (m *Manager) sweepOne(path string) (bool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return false, nil // swept concurrently
+		}
+		return false, fmt.Errorf("cgroups: sweep: %w", err)
+	}
+	var rec record
+	if err := json.Unmarshal(b, &rec); err != nil || rec.Version != 1 {
+		// Being written right now, or left half-written by a crash: the
+		// cgroup directories are only made after the record is complete,
+		// so an old unreadable record guards nothing.
+		if fi, err := os.Lstat(path); err == nil && time.Since(fi.ModTime()) > time.Minute {
+			m.log.Warn("cgroups: removing unreadable state record", "path", path)
+			os.Remove(path)
+		}
+		return false, nil
+	}
+	if m.ownerAlive(rec) {
+		return false, nil
+	}
+	if err := m.validRecord(rec); err != nil {
+		return false, fmt.Errorf("cgroups: sweep: %s: %w", path, err)
+	}
+	cg := &Cgroup{id: rec.ID, v2: rec.V2, fd: -1, log: m.log, record: path}
+	for _, p := range rec.Paths {
+		cg.dirs = append(cg.dirs, cgDir{parent: filepath.Dir(p), leaf: p, controllers: m.controllersAt(p)})
+	}
+	m.log.Info("cgroups: sweeping cgroup of a dead runtime", "id", rec.ID, "owner_pid", rec.OwnerPID, "paths", rec.Paths)
+	if err := cg.Delete(); err != nil {
+		return false, fmt.Errorf("cgroups: sweep %s: %w", rec.ID, err)
+	}
+	return true, nil
+}
+
+// ownerAlive: the owner pid still runs the same process (same start time).
+// A record from another pid namespace cannot be judged and counts as alive.
+func (m *Manager) ownerAlive(rec record) bool {
+	if rec.OwnerPidNS != m.self.pidns {
+		return true
+	}
+	if rec.OwnerPID == m.self.pid {
+		return rec.OwnerStart == m.self.start
+	}
+	o, err := ownerOf(rec.OwnerPID)
+	if err != nil {
+		return false // no such process
+	}
+	return o.start == rec.OwnerStart && o.pidns == rec.OwnerPidNS
+}
+
+// validRecord refuses records that would make Sweep kill or remove anything
+// but a sandbox cgroup: each path must be <cgroup mount>/…/<parent>/<id>.
+func (m *Manager) validRecord(rec record) error {
+	if validID(rec.ID) != nil || validID(rec.Parent) != nil || len(rec.Paths) == 0 {
+		return errors.New("malformed record")
+	}
+	for _, p := range rec.Paths {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p || filepath.Base(p) != rec.ID ||
+			filepath.Base(filepath.Dir(p)) != rec.Parent || !m.underCgroupMount(p, rec.V2) {
+			return fmt.Errorf("path %q is not a sandbox cgroup", p)
+		}
+	}
+	return nil
+}
+
+func (m *Manager) underCgroupMount(p string, v2 bool) bool {
+	under := func(mount string) bool { return strings.HasPrefix(p, mount+"/") }
+	if v2 {
+		return m.lay.v2 != nil && under(m.lay.v2.mount)
+	}
+	for _, h := range m.lay.v1 {
+		if under(h.mount) {
+			return true
+		}
+	}
+	return false
+}
+
+// controllersAt names the v1 controllers of the hierarchy holding p, so a
+// swept cgroup can still be frozen.
+func (m *Manager) controllersAt(p string) []string {
+	for _, h := range m.lay.v1 {
+		if strings.HasPrefix(p, h.mount+"/") {
+			return h.controllers
+		}
+	}
+	return nil
+}
