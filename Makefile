@@ -11,7 +11,7 @@ setup:
 	$(SUDO) bash .ci/setup.sh
 
 build:
-	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/agentrun
+	CGO_ENABLED=1 $(GO) build -tags netgo,osusergo -ldflags '-linkmode external -extldflags "-static"' -o $(BIN) ./cmd/agentrun
 
 test: build lint unit
 

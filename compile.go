@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/agentrun/agentrun/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -28,7 +29,13 @@ const (
 	// AnnotationRootfs = "tmpfs" means Spec.Root is absent and the runtime
 	// assembles a fresh tmpfs root from Spec.Mounts.
 	AnnotationRootfs = "dev.agentrun.rootfs"
+	// AnnotationSeccomp records where Spec.Linux.Seccomp came from:
+	// "default", "unconfined" or "file:PATH".
+	AnnotationSeccomp = "dev.agentrun.seccomp"
 )
+
+// SeccompUnconfined is the Policy.Seccomp value that disables the filter.
+const SeccompUnconfined = "unconfined"
 
 // MountTypeSymlink is an agentrun extension of Spec.Mounts used only with a
 // tmpfs root: it creates a symlink at Destination pointing at Source. It
@@ -58,6 +65,8 @@ type HostInfo struct {
 	Resolve func(string) (string, error)
 	// Owner returns the uid/gid owning a host path (root mode idmaps).
 	Owner func(string) (uid, gid int, err error)
+	// ReadFile reads a policy-named file (a seccomp profile).
+	ReadFile func(string) ([]byte, error)
 }
 
 // systemDirs are bound read-only (or recreated as symlinks when the host
@@ -65,11 +74,12 @@ type HostInfo struct {
 var systemDirs = [...]string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
 
 // etcFiles are the only parts of /etc the sandbox sees: enough for users,
-// name resolution, TLS and the dynamic linker, and nothing secret.
+// name resolution, TLS trust and the dynamic linker, and nothing secret
+// (/etc/ssl/private stays out: a caller in ssl-cert could read keys there).
 var etcFiles = [...]string{
 	"/etc/passwd", "/etc/group", "/etc/hosts", "/etc/resolv.conf", "/etc/nsswitch.conf",
 	"/etc/host.conf", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
-	"/etc/localtime", "/etc/ssl", "/etc/ca-certificates", "/etc/alternatives",
+	"/etc/localtime", "/etc/ssl/certs", "/etc/ssl/openssl.cnf", "/etc/ca-certificates", "/etc/alternatives",
 	"/etc/mime.types", "/etc/protocols", "/etc/services", "/etc/gitconfig",
 	"/etc/inputrc", "/etc/profile", "/etc/bash.bashrc", "/etc/python3", "/etc/python3.11",
 }
@@ -166,7 +176,52 @@ func Compile(p *Policy, h *HostInfo) (*specs.Spec, error) {
 		return nil, err
 	}
 	s.Mounts = append(mounts, extra...)
+	if err := addSeccomp(s, p, h); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// addSeccomp sets the filter. Unconfined is refused where the filter is what
+// keeps a privilege off the host: in root mode a writable bind owned by
+// root is idmapped to the sandbox user, and only the filter stops it from
+// leaving a root-owned setuid file there.
+func addSeccomp(s *specs.Spec, p *Policy, h *HostInfo) error {
+	switch p.Seccomp {
+	case "":
+		s.Linux.Seccomp = seccomp.DefaultProfile()
+		s.Annotations[AnnotationSeccomp] = "default"
+	case SeccompUnconfined:
+		if h.rootMode() {
+			for _, m := range s.Mounts {
+				if len(m.UIDMappings) > 0 && m.UIDMappings[0].ContainerID == 0 && hasRW(m.Options) {
+					return policyErr("--seccomp-profile unconfined with the root-owned writable bind %s as root would let the sandbox create root-owned setuid files; run as the owner or keep a profile", m.Source)
+				}
+			}
+		}
+		s.Annotations[AnnotationSeccomp] = SeccompUnconfined
+	default:
+		b, err := h.ReadFile(p.Seccomp)
+		if err != nil {
+			return policyErr("seccomp profile: %v", err)
+		}
+		prof, err := seccomp.ParseProfile(b)
+		if err != nil {
+			return policyErr("seccomp profile %s: %v", p.Seccomp, err)
+		}
+		s.Linux.Seccomp = prof
+		s.Annotations[AnnotationSeccomp] = "file:" + p.Seccomp
+	}
+	return nil
+}
+
+func hasRW(opts []string) bool {
+	for _, o := range opts {
+		if o == "rw" {
+			return true
+		}
+	}
+	return false
 }
 
 func defaultDevices() []specs.LinuxDevice {

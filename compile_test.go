@@ -15,6 +15,7 @@ import (
 type fakeFS struct {
 	dirs, files map[string]bool
 	links       map[string]string
+	contents    map[string][]byte
 }
 
 type fakeInfo struct {
@@ -56,8 +57,16 @@ func (f *fakeFS) host(uid int) *HostInfo {
 			}
 			return p, nil
 		},
-		Owner: func(string) (int, int, error) { return 42, 43, nil },
+		Owner:    func(string) (int, int, error) { return 42, 43, nil },
+		ReadFile: f.readFile,
 	}
+}
+
+func (f *fakeFS) readFile(p string) ([]byte, error) {
+	if b, ok := f.contents[p]; ok {
+		return b, nil
+	}
+	return nil, fs.ErrNotExist
 }
 
 func newFakeFS() *fakeFS {
@@ -291,14 +300,33 @@ func TestResolveWorkspace(t *testing.T) {
 	}
 }
 
-func TestUsernsBlocker(t *testing.T) {
-	read := func(vals map[string]string) func(string) string {
-		return func(p string) string { return vals[p] }
+func TestCompileSeccomp(t *testing.T) {
+	fake := newFakeFS()
+	fake.contents = map[string][]byte{
+		"/p/docker.json": []byte(`{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["mkdir"],"action":"SCMP_ACT_ERRNO"}]}`),
+		"/p/broken.json": []byte(`{"defaultAction":"SCMP_ACT_FROBNICATE"}`),
 	}
-	if got := usernsBlocker(read(map[string]string{"/proc/sys/user/max_user_namespaces": "0"})); !strings.Contains(got, "user.max_user_namespaces") {
-		t.Errorf("max_user_namespaces=0 not named: %q", got)
+	s, err := Compile(&Policy{Command: []string{"true"}}, fake.host(1000))
+	if err != nil || s.Linux.Seccomp == nil || s.Annotations[AnnotationSeccomp] != "default" {
+		t.Fatalf("default policy must carry the default profile: %v %v", err, s.Annotations)
 	}
-	if got := usernsBlocker(read(map[string]string{"/proc/sys/user/max_user_namespaces": "100"})); got != "" {
-		t.Errorf("nothing blocks, got %q", got)
+	s, err = Compile(&Policy{Command: []string{"true"}, Seccomp: "/p/docker.json"}, fake.host(1000))
+	if err != nil || s.Linux.Seccomp == nil || s.Linux.Seccomp.DefaultAction != specs.ActAllow {
+		t.Fatalf("docker profile: %v %+v", err, s.Linux.Seccomp)
+	}
+	s, err = Compile(&Policy{Command: []string{"true"}, Seccomp: SeccompUnconfined}, fake.host(1000))
+	if err != nil || s.Linux.Seccomp != nil || s.Annotations[AnnotationSeccomp] != SeccompUnconfined {
+		t.Fatalf("unconfined: %v %+v", err, s.Linux.Seccomp)
+	}
+	for _, bad := range []string{"/p/broken.json", "/p/missing.json"} {
+		if _, err := Compile(&Policy{Command: []string{"true"}, Seccomp: bad}, fake.host(1000)); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+	// Root mode with a root-owned writable workspace needs the filter.
+	h := fake.host(0)
+	h.WorkspaceUID = 0
+	if _, err := Compile(&Policy{Command: []string{"true"}, Seccomp: SeccompUnconfined}, h); err == nil || !strings.Contains(err.Error(), "setuid") {
+		t.Errorf("unconfined with a root-owned rw workspace as root must be refused: %v", err)
 	}
 }

@@ -55,32 +55,39 @@ func (p *Policy) Environ(callerEnv []string) ([]string, error) {
 // ErrWorkspace marks workspace errors (missing, not a directory, symlink).
 var ErrWorkspace = errors.New("workspace")
 
-// ResolveWorkspace returns the absolute, symlink-free workspace directory.
-// An empty Workspace means the current directory (its physical path). An
-// explicit path whose last component is a symlink is refused with the
-// target named, so the caller states what it means to expose.
+// ResolveWorkspace returns the absolute workspace directory with every
+// symlink resolved except that the last component is never followed: it must
+// be a real directory. The path is checked once here and then opened with
+// symlink resolution forbidden (RESOLVE_NO_SYMLINKS), so a symlink swapped
+// in afterwards makes the spawn fail rather than expose its target. An
+// empty Workspace means the current directory (its physical path).
 func (p *Policy) ResolveWorkspace() (string, error) {
-	if p.Workspace == "" {
-		wd, err := os.Getwd()
+	raw := p.Workspace
+	if raw == "" {
+		wd, err := physicalWd()
 		if err != nil {
 			return "", fmt.Errorf("%w: current directory: %v", ErrWorkspace, err)
 		}
-		real, err := filepath.EvalSymlinks(wd)
-		if err != nil {
-			return "", fmt.Errorf("%w: current directory %s: %v", ErrWorkspace, wd, err)
-		}
-		return real, nil
+		raw = wd
 	}
-	abs, err := filepath.Abs(p.Workspace)
+	abs, err := filepath.Abs(raw)
 	if err != nil {
-		return "", fmt.Errorf("%w: %s: %v", ErrWorkspace, p.Workspace, err)
+		return "", fmt.Errorf("%w: %s: %v", ErrWorkspace, raw, err)
 	}
-	fi, err := os.Lstat(abs)
+	if abs == "/" {
+		return "", fmt.Errorf("%w: refusing / as the workspace", ErrWorkspace)
+	}
+	parent, err := filepath.EvalSymlinks(filepath.Dir(abs))
+	if err != nil {
+		return "", fmt.Errorf("%w: %s does not exist", ErrWorkspace, abs)
+	}
+	real := filepath.Join(parent, filepath.Base(abs))
+	fi, err := os.Lstat(real)
 	if err != nil {
 		return "", fmt.Errorf("%w: %s does not exist", ErrWorkspace, abs)
 	}
 	if fi.Mode()&os.ModeSymlink != 0 {
-		target, terr := filepath.EvalSymlinks(abs)
+		target, terr := filepath.EvalSymlinks(real)
 		if terr != nil {
 			return "", fmt.Errorf("%w: %s is a dangling symlink", ErrWorkspace, abs)
 		}
@@ -88,10 +95,6 @@ func (p *Policy) ResolveWorkspace() (string, error) {
 	}
 	if !fi.IsDir() {
 		return "", fmt.Errorf("%w: %s is not a directory", ErrWorkspace, abs)
-	}
-	real, err := filepath.EvalSymlinks(abs)
-	if err != nil {
-		return "", fmt.Errorf("%w: %s: %v", ErrWorkspace, abs, err)
 	}
 	return real, nil
 }

@@ -74,6 +74,10 @@ type Policy struct {
 	// Env holds KEY=VALUE entries added to the small default allowlist.
 	Env     []string `json:"env,omitempty"`
 	Timeout Duration `json:"timeout,omitempty"`
+	// Seccomp selects the system-call filter: "" for the default agent
+	// profile, "unconfined" for none (reported in the result), or the path
+	// of a profile in OCI or Docker JSON format.
+	Seccomp string `json:"seccomp,omitempty"`
 	// Command is argv; it may be empty in a policy file and given on the
 	// command line instead.
 	Command []string `json:"command,omitempty"`

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/agentrun/agentrun/seccomp"
 )
 
 // Exit statuses of the spawn contract.
@@ -22,6 +24,11 @@ type Options struct {
 	Signals <-chan os.Signal
 	// Warn receives one-line warnings (clamped rlimits, weaker modes).
 	Warn func(msg string)
+	// OnViolation, when set, is called as soon as a policy violation is
+	// seen (e.g. to print it); all of them also land in Result.Violations.
+	OnViolation func(Violation)
+	// SeccompCache lets repeated runs share compiled filters. Optional.
+	SeccompCache *seccomp.Cache
 }
 
 // Violation is a policy violation observed during a run.
@@ -38,9 +45,22 @@ type Result struct {
 	// 128+N when killed by signal N, 124 on timeout.
 	ExitCode int `json:"exit_code"`
 	// Signal is the signal number that killed the command, or 0.
-	Signal     int         `json:"signal"`
-	TimedOut   bool        `json:"timed_out"`
-	DurationMS float64     `json:"duration_ms"`
+	Signal     int     `json:"signal"`
+	TimedOut   bool    `json:"timed_out"`
+	DurationMS float64 `json:"duration_ms"`
+	// Limits says what enforced the resource limits: "cgroup-v2",
+	// "cgroup-v1", or "none" when no cgroup could be used and none was
+	// requested.
+	Limits string `json:"limits,omitempty"`
+	// OOMKilled: the memory limit was hit and the kernel killed the
+	// command (ExitCode is then 137).
+	OOMKilled       bool   `json:"oom_killed"`
+	MemoryPeakBytes uint64 `json:"memory_peak_bytes,omitempty"`
+	CPUUsageUS      uint64 `json:"cpu_usage_us,omitempty"`
+	PidsPeak        uint64 `json:"pids_peak,omitempty"`
+	// Seccomp is the filter that applied: "default", "unconfined" or
+	// "file:PATH".
+	Seccomp    string      `json:"seccomp,omitempty"`
 	Violations []Violation `json:"violations,omitempty"`
 	// Error is the one-line reason when the sandbox could not be built.
 	Error string `json:"error,omitempty"`

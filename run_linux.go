@@ -4,6 +4,8 @@ package agentrun
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -12,7 +14,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentrun/agentrun/cgroups"
 	"github.com/agentrun/agentrun/nsinit"
+	"github.com/agentrun/agentrun/probe"
+	"github.com/agentrun/agentrun/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -30,6 +35,7 @@ func NewHostInfo(p *Policy) (*HostInfo, error) {
 		Readlink:  os.Readlink,
 		Resolve:   filepath.EvalSymlinks,
 		Owner:     owner,
+		ReadFile:  os.ReadFile,
 	}
 	if h.WorkspaceUID, h.WorkspaceGID, err = owner(ws); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrWorkspace, err)
@@ -38,7 +44,7 @@ func NewHostInfo(p *Policy) (*HostInfo, error) {
 }
 
 func owner(path string) (int, int, error) {
-	fi, err := os.Stat(path)
+	fi, err := os.Lstat(path)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -62,16 +68,66 @@ func Run(ctx context.Context, p *Policy, opts Options) (*Result, error) {
 	return RunSpec(ctx, spec, time.Duration(p.Timeout), opts, start)
 }
 
+// sandboxCgroup creates the sandbox's cgroup. Requested limits that this
+// host or caller cannot enforce fail closed; without requested limits a
+// default pids limit applies wherever cgroups are usable, and the sandbox
+// runs without a cgroup (reported as limits "none") where they are not.
+func sandboxCgroup(spec *specs.Spec) (*cgroups.Cgroup, error) {
+	var requested *specs.LinuxResources
+	if spec.Linux != nil {
+		requested = spec.Linux.Resources
+	}
+	mgr, err := cgroups.NewManager(cgroups.Options{})
+	if err != nil {
+		if requested != nil {
+			return nil, err
+		}
+		return nil, nil
+	}
+	// Leftovers of runtimes killed with SIGKILL; nothing to do is one ReadDir.
+	_, _ = mgr.Sweep()
+	res := requested
+	if res == nil {
+		limit := int64(cgroups.DefaultPidsLimit)
+		res = &specs.LinuxResources{Pids: &specs.LinuxPids{Limit: &limit}}
+	}
+	var idb [8]byte
+	_, _ = rand.Read(idb[:])
+	cg, err := mgr.Create(fmt.Sprintf("sbx-%d-%s", os.Getpid(), hex.EncodeToString(idb[:])), res)
+	var unusable *cgroups.UnusableError
+	if err != nil && requested == nil && errors.As(err, &unusable) {
+		return nil, nil
+	}
+	return cg, err
+}
+
+func syscallViolation(e seccomp.Event) Violation {
+	return Violation{Kind: "syscall", Name: e.Name, Detail: e.Detail, Suggestion: e.Suggestion}
+}
+
 // RunSpec executes a compiled Spec. start is when the caller began timing.
 func RunSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts Options, start time.Time) (*Result, error) {
-	if spec.Linux != nil && spec.Linux.Resources != nil {
-		// Fail closed until cgroup enforcement is wired in.
-		return nil, &SetupError{Step: "cgroups", Err: errors.New("--memory, --pids and --cpus need cgroup support, which this build does not have yet")}
+	cg, err := sandboxCgroup(spec)
+	if err != nil {
+		return nil, &SetupError{Step: "cgroups", Err: err}
 	}
-	proc, err := nsinit.Start(&nsinit.Config{
+	cfg := &nsinit.Config{
 		Spec: spec, Stdin: opts.Stdin, Stdout: opts.Stdout, Stderr: opts.Stderr,
-		Warn: opts.Warn, UsernsBlocker: UsernsBlocker,
-	})
+		Warn: opts.Warn, UsernsBlocker: probe.UsernsBlockerFor,
+		SeccompCache: opts.SeccompCache,
+		// Reports are always collected; the listener answers EPERM, the
+		// same as the plain filter would.
+		OnViolation: func(e seccomp.Event) {
+			if opts.OnViolation != nil {
+				opts.OnViolation(syscallViolation(e))
+			}
+		},
+	}
+	if cg != nil {
+		defer cg.Delete()
+		cfg.Cgroup = &nsinit.CgroupPlacement{FD: cg.FD(), Add: cg.Add}
+	}
+	proc, err := nsinit.Start(cfg)
 	if err != nil {
 		var se *nsinit.StepError
 		if errors.As(err, &se) {
@@ -116,10 +172,31 @@ func RunSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{ExitCode: exit.Code, Signal: exit.Signal, DurationMS: float64(time.Since(start).Microseconds()) / 1000}
-	if timedOut.Load() {
+	res := &Result{ExitCode: exit.Code, Signal: exit.Signal, Limits: "none", Seccomp: spec.Annotations[AnnotationSeccomp]}
+	for _, e := range proc.Violations() {
+		res.Violations = append(res.Violations, syscallViolation(e))
+	}
+	if cg != nil {
+		// The PID namespace is gone with init; the cgroup kill also covers
+		// whatever could have left it, and must precede the stats.
+		_ = cg.Kill()
+		res.Limits = "cgroup-v1"
+		if cg.V2() {
+			res.Limits = "cgroup-v2"
+		}
+		if st, err := cg.Stats(); err == nil {
+			res.OOMKilled = st.OOMKilled
+			res.MemoryPeakBytes, res.CPUUsageUS, res.PidsPeak = st.MemoryPeakBytes, st.CPUUsageUS, st.PidsPeak
+		}
+	}
+	res.DurationMS = float64(time.Since(start).Microseconds()) / 1000
+	switch {
+	case timedOut.Load():
 		res.TimedOut = true
 		res.ExitCode = ExitTimeout
+	case res.OOMKilled:
+		res.ExitCode = 128 + int(syscall.SIGKILL)
+		res.Signal = int(syscall.SIGKILL)
 	}
 	return res, nil
 }

@@ -149,14 +149,13 @@ func (e *Error) Error() string { return fmt.Sprintf("mounts: %s %s: %v", e.Op, e
 func (e *Error) Unwrap() error { return e.Err }
 
 func mountOne(rootfd int, m *specs.Mount) error {
-	switch m.Type {
-	case "agentrun-symlink":
+	switch {
+	case m.Type == TypeSymlink:
 		return symlinkIn(rootfd, m.Source, m.Destination)
-	case "tmpfs", "proc", "devpts", "mqueue", "sysfs":
+	case IsFilesystem(m.Type):
 		return fsMount(rootfd, m)
-	default:
-		return fmt.Errorf("unsupported mount type %q", m.Type)
 	}
+	return fmt.Errorf("unsupported mount type %q", m.Type)
 }
 
 func hasOpt(opts []string, o string) bool {
@@ -247,18 +246,14 @@ func fsMount(rootfd int, m *specs.Mount) error {
 		return fmt.Errorf("fsopen %s: %w", m.Type, err)
 	}
 	defer unix.Close(fsfd)
-	for _, o := range m.Options {
-		k, v, hasVal := strings.Cut(o, "=")
-		switch {
-		case attrsFor([]string{o}) != 0, o == "rw", o == "newinstance", o == "bind", o == "rbind":
-			continue // mount attributes, not filesystem parameters
-		case hasVal:
-			err = unix.FsconfigSetString(fsfd, k, v)
-		default:
-			err = unix.FsconfigSetFlag(fsfd, k)
+	for _, p := range FSParams(m.Options) {
+		if p.Flag {
+			err = unix.FsconfigSetFlag(fsfd, p.Key)
+		} else {
+			err = unix.FsconfigSetString(fsfd, p.Key, p.Value)
 		}
 		if err != nil {
-			return fmt.Errorf("%s option %s: %w", m.Type, o, err)
+			return fmt.Errorf("%s option %s: %w", m.Type, p.Key, err)
 		}
 	}
 	if err := unix.FsconfigCreate(fsfd); err != nil {

@@ -48,6 +48,12 @@ func (p *preparedMounts) close() {
 // idmap a mount of a filesystem owned by the initial user namespace, so the
 // parent builds them as detached trees and the child attaches them.
 func prepareMounts(spec *specs.Spec) (*preparedMounts, error) {
+	return prepareMountsWith(spec, idmapUserns)
+}
+
+// prepareMountsWith is prepareMounts with the way of obtaining a user
+// namespace fd for given maps (an exec'd holder, or the C init's clone).
+func prepareMountsWith(spec *specs.Spec, idmapUserns func(uids, gids []specs.LinuxIDMapping) (int, error)) (*preparedMounts, error) {
 	p := &preparedMounts{}
 	usernsByKey := map[string]int{}
 	defer func() {

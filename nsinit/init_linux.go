@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/agentrun/agentrun/mounts"
+	"github.com/agentrun/agentrun/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -96,6 +97,12 @@ func initMain(sock *os.File) (int, error) {
 		return 0, step("sync", err)
 	}
 	spec := c.Spec
+	if hasNamespace(spec, specs.CgroupNamespace) {
+		// The parent has placed us in the sandbox's cgroup by now.
+		if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+			return 0, step("cgroup namespace", err)
+		}
+	}
 	// Whatever fds the caller leaked to us must not reach the command.
 	first := uint(syncFD + 1 + len(c.Prepared))
 	if err := unix.CloseRange(first, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
@@ -133,8 +140,31 @@ func initMain(sock *os.File) (int, error) {
 		send(sock, &report{Type: repExit, Code: code})
 		return code, nil
 	}
+	// A fresh anonymous session keyring: the one inherited from the caller
+	// would give the command the caller's keys.
+	if _, _, errno := unix.RawSyscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0); errno != 0 {
+		return 0, step("session keyring", errno)
+	}
 	if err := dropPrivileges(proc); err != nil {
 		return 0, step("drop privileges", err)
+	}
+	// Last: from here on this thread, and the command forked from it, run
+	// under the filter.
+	if len(c.Seccomp) > 0 {
+		fd, err := seccomp.Load(c.Seccomp, seccomp.Flags(c.SeccompFlags))
+		if err != nil {
+			return 0, step("seccomp", err)
+		}
+		if fd >= 0 {
+			// Whoever holds the listener decides denied calls: it goes to
+			// the parent and never reaches the command.
+			b, _ := json.Marshal(&report{Type: repListener})
+			err := unix.Sendmsg(syncFD, b, unix.UnixRights(fd), nil, 0)
+			unix.Close(fd)
+			if err != nil {
+				return 0, step("seccomp listener", err)
+			}
+		}
 	}
 	p, err := os.StartProcess(argv0, proc.Args, &os.ProcAttr{
 		Env:   proc.Env,

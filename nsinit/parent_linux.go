@@ -11,7 +11,9 @@ import (
 	"os/exec"
 	"runtime"
 	"syscall"
+	"time"
 
+	"github.com/agentrun/agentrun/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
@@ -24,9 +26,33 @@ type Config struct {
 	Stderr io.Writer
 	// Warn receives one-line warnings (e.g. clamped rlimits).
 	Warn func(string)
-	// UsernsBlocker explains why a user namespace could not be created; the
-	// caller supplies it so this package stays free of host probing.
-	UsernsBlocker func() string
+	// UsernsBlocker explains, given clone's error, why a user namespace
+	// could not be created; the caller supplies it so this package stays
+	// free of host probing.
+	UsernsBlocker func(cloneErr error) string
+	// Cgroup, when set, places the sandbox in its cgroup before any code of
+	// the sandbox runs.
+	Cgroup *CgroupPlacement
+	// SeccompCache compiles Spec.Linux.Seccomp; reuse one across spawns so
+	// the same profile is compiled once. Nil compiles every time.
+	SeccompCache *seccomp.Cache
+	// OnViolation, when set, turns the profile's denials into reports:
+	// denied calls go to a user-notification listener in this process,
+	// which answers EPERM and calls OnViolation once per distinct call.
+	OnViolation func(seccomp.Event)
+	// Backend selects the init: BackendC or BackendGo; "" is
+	// DefaultBackend. The AGENTRUN_INIT environment variable overrides it.
+	Backend string
+}
+
+// CgroupPlacement says how to put the init into its cgroup.
+type CgroupPlacement struct {
+	// FD is a cgroup v2 directory for clone3(CLONE_INTO_CGROUP), which
+	// places the child atomically; -1 when there is none (v1).
+	FD int
+	// Add places a running pid; used on v1 and when clone3 is refused,
+	// while the child is still blocked waiting for its config.
+	Add func(pid int) error
 }
 
 // Exit is how the sandboxed command ended.
@@ -44,6 +70,12 @@ type Process struct {
 	err    error
 	// pending holds an exit report that arrived during Start.
 	pending *report
+	// inCgroup: clone3 placed the init in its cgroup.
+	inCgroup bool
+	// prog is the loaded filter; notifier answers its user notifications.
+	prog        *seccomp.Program
+	onViolation func(seccomp.Event)
+	notifier    *seccomp.Notifier
 }
 
 // initCaps are the capabilities init keeps across its execve (as ambient
@@ -54,12 +86,19 @@ var initCaps = [...]uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_SET
 // Start clones the init into the Spec's namespaces and returns once the
 // command is running, or with a *StepError naming what failed.
 func Start(cfg *Config) (*Process, error) {
+	if p, handled, err := startSelected(cfg); handled { // the C init: cstart_linux.go
+		return p, err
+	}
 	spec := cfg.Spec
 	if spec.Process == nil || len(spec.Process.Args) == 0 || spec.Linux == nil {
 		return nil, &StepError{Step: "spec", Msg: "no process, args or linux section"}
 	}
 	clampRlimits(spec.Process, cfg.Warn)
 
+	prog, err := compileSeccomp(spec, cfg)
+	if err != nil {
+		return nil, err
+	}
 	prep, err := prepareMounts(spec)
 	if err != nil {
 		return nil, err
@@ -83,17 +122,24 @@ func Start(cfg *Config) (*Process, error) {
 		ExtraFiles:  append([]*os.File{childSock}, prep.files...),
 		SysProcAttr: sysProcAttr(spec),
 	}
-	p := &Process{sock: parentSock, waited: make(chan struct{})}
-	started := make(chan error, 1)
-	go p.run(cmd, started)
-	err = <-started
+	p, err := startInit(cmd, parentSock, cfg.Cgroup)
 	childSock.Close()
 	if err != nil {
 		parentSock.Close()
 		return nil, startError(err, cfg.UsernsBlocker)
 	}
+	if err := p.placeCgroup(cfg.Cgroup); err != nil {
+		p.Kill()
+		p.wait()
+		return nil, err
+	}
 
-	msg, err := json.Marshal(&config{Spec: spec, Prepared: prep.childFDs})
+	p.prog, p.onViolation = prog, cfg.OnViolation
+	c := &config{Spec: spec, Prepared: prep.childFDs}
+	if prog != nil {
+		c.Seccomp, c.SeccompFlags = prog.Filter, uint32(prog.Flags)
+	}
+	msg, err := json.Marshal(c)
 	if err != nil {
 		p.Kill()
 		p.wait()
@@ -103,7 +149,7 @@ func Start(cfg *Config) (*Process, error) {
 		p.Kill()
 		return nil, p.failed("sync", err)
 	}
-	r, err := p.read()
+	r, err := p.readSetup()
 	switch {
 	case err != nil:
 		p.Kill()
@@ -121,6 +167,47 @@ func Start(cfg *Config) (*Process, error) {
 		return nil, p.failed("sync", fmt.Errorf("unexpected report %q", r.Type))
 	}
 	return p, nil
+}
+
+// startInit starts the init, inside its cgroup when clone3 can place it
+// there, otherwise plainly (placeCgroup then moves it).
+func startInit(cmd *exec.Cmd, sock *os.File, cg *CgroupPlacement) (*Process, error) {
+	tryFD := cg != nil && cg.FD >= 0
+	pristine, attr := *cmd, *cmd.SysProcAttr // an exec.Cmd starts only once
+	for {
+		c, a := pristine, attr
+		c.SysProcAttr = &a
+		a.UseCgroupFD = tryFD
+		if tryFD {
+			a.CgroupFD = cg.FD
+		}
+		p := &Process{sock: sock, waited: make(chan struct{}), inCgroup: tryFD}
+		started := make(chan error, 1)
+		go p.run(&c, started)
+		err := <-started
+		if err == nil {
+			return p, nil
+		}
+		// clone3 refused (old kernel, a seccomp filter around us): fall
+		// back to moving the pid before the child is released.
+		if tryFD && (errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.E2BIG)) {
+			tryFD = false
+			continue
+		}
+		return nil, err
+	}
+}
+
+// placeCgroup moves the init into its cgroup unless clone3 already did.
+// The init blocks on the config message, so nothing of it has run yet.
+func (p *Process) placeCgroup(cg *CgroupPlacement) error {
+	if cg == nil || p.inCgroup || cg.Add == nil {
+		return nil
+	}
+	if err := cg.Add(p.pid); err != nil {
+		return &StepError{Step: "cgroup placement", Msg: err.Error()}
+	}
+	return nil
 }
 
 // run starts and waits for the init on one locked OS thread: the parent
@@ -183,17 +270,19 @@ func nsFlag(t specs.LinuxNamespaceType) uintptr {
 	case specs.IPCNamespace:
 		return unix.CLONE_NEWIPC
 	case specs.CgroupNamespace:
-		return unix.CLONE_NEWCGROUP
+		// Unshared by the child once it sits in its own cgroup, so the
+		// namespace is rooted there rather than at the caller's cgroup.
+		return 0
 	}
 	return 0
 }
 
 // startError names the missing kernel feature when clone fails.
-func startError(err error, blocker func() string) error {
+func startError(err error, blocker func(error) string) error {
 	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EUSERS) {
 		msg := "cannot create user namespace: " + err.Error()
 		if blocker != nil {
-			if b := blocker(); b != "" {
+			if b := blocker(err); b != "" {
 				msg = b
 			}
 		}
@@ -202,18 +291,98 @@ func startError(err error, blocker func() string) error {
 	return &StepError{Step: "clone", Msg: err.Error()}
 }
 
-// read returns the next report from the child.
+// read returns the next report from the child, with the descriptor that
+// came with it (or -1).
 func (p *Process) read() (report, error) {
 	buf := make([]byte, 64<<10)
-	n, err := p.sock.Read(buf)
+	oob := make([]byte, unix.CmsgSpace(4))
+	var n, oobn int
+	var err error
+	raw, err := p.sock.SyscallConn()
 	if err != nil {
 		return report{}, err
 	}
-	var r report
+	rerr := raw.Read(func(fd uintptr) bool {
+		n, oobn, _, _, err = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
+		return !errors.Is(err, unix.EAGAIN)
+	})
+	if rerr != nil {
+		return report{}, rerr
+	}
+	if err != nil {
+		return report{}, err
+	}
+	if n == 0 {
+		return report{}, io.EOF
+	}
+	r := report{fd: -1}
+	if oobn > 0 {
+		if msgs, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil && len(msgs) == 1 {
+			if fds, ferr := unix.ParseUnixRights(&msgs[0]); ferr == nil && len(fds) == 1 {
+				r.fd = fds[0]
+			}
+		}
+	}
 	if err := json.Unmarshal(buf[:n], &r); err != nil {
+		if r.fd >= 0 {
+			unix.Close(r.fd)
+		}
 		return report{}, fmt.Errorf("bad report: %w", err)
 	}
 	return r, nil
+}
+
+// readSetup returns the first report that ends the setup phase, taking
+// the seccomp listener on the way.
+func (p *Process) readSetup() (report, error) {
+	for {
+		r, err := p.read()
+		if err != nil || r.Type != repListener {
+			return r, err
+		}
+		if r.fd < 0 {
+			return r, errors.New("listener report without a descriptor")
+		}
+		n, err := seccomp.NewNotifier(r.fd, p.prog, p.onViolation)
+		if err != nil {
+			unix.Close(r.fd)
+			return r, fmt.Errorf("seccomp notifier: %w", err)
+		}
+		p.notifier = n
+	}
+}
+
+// compileSeccomp compiles the Spec's filter, with denials routed to a
+// listener when the caller wants reports.
+func compileSeccomp(spec *specs.Spec, cfg *Config) (*seccomp.Program, error) {
+	prof := spec.Linux.Seccomp
+	if prof == nil {
+		return nil, nil
+	}
+	if cfg.OnViolation != nil {
+		var err error
+		if prof, err = seccomp.NotifyOnDeny(prof); err != nil {
+			return nil, &StepError{Step: "seccomp", Msg: err.Error()}
+		}
+	}
+	compile := seccomp.Compile
+	if cfg.SeccompCache != nil {
+		compile = cfg.SeccompCache.Compile
+	}
+	prog, err := compile(prof)
+	if err != nil {
+		return nil, &StepError{Step: "seccomp", Msg: err.Error()}
+	}
+	return prog, nil
+}
+
+// Violations returns the denied calls the listener saw, once the sandbox
+// has ended.
+func (p *Process) Violations() []seccomp.Event {
+	if p.notifier == nil {
+		return nil
+	}
+	return p.notifier.Events()
 }
 
 // failed waits for a child that died during setup and describes it.
@@ -258,6 +427,15 @@ func (p *Process) Wait() (Exit, error) {
 	}
 	p.wait()
 	p.sock.Close()
+	if p.notifier != nil {
+		// Notifications of processes that died with init may still be in
+		// flight; give the listener a moment to drain, then stop it.
+		select {
+		case <-p.notifier.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+		p.notifier.Close()
+	}
 	if rerr == nil && r.Type == repExit {
 		if r.Signal != 0 {
 			return Exit{Code: 128 + r.Signal, Signal: r.Signal}, nil

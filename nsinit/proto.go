@@ -21,6 +21,11 @@ type config struct {
 	// Prepared maps a Spec.Mounts index to the child fd of a detached mount
 	// that the parent created (idmapped binds).
 	Prepared map[int]int `json:"prepared,omitempty"`
+	// Seccomp is a compiled filter (struct sock_filter array) that the init
+	// loads right before it starts the command; SeccompFlags are the
+	// kernel's SECCOMP_FILTER_FLAG_* bits.
+	Seccomp      []byte `json:"seccomp,omitempty"`
+	SeccompFlags uint32 `json:"seccomp_flags,omitempty"`
 }
 
 // Report types sent by the child.
@@ -28,6 +33,8 @@ const (
 	repStarted = "started"
 	repError   = "error"
 	repExit    = "exit"
+	// repListener carries the seccomp user-notification fd (SCM_RIGHTS).
+	repListener = "seccomp-listener"
 )
 
 // report is a message from the child.
@@ -39,6 +46,8 @@ type report struct {
 	// Exit code (0-255) or the signal that killed the command.
 	Code   int `json:"code"`
 	Signal int `json:"signal,omitempty"`
+	// fd is a descriptor received with the report, or -1.
+	fd int
 }
 
 // StepError is a setup failure in the parent or the child, naming the step.

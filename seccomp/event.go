@@ -82,6 +82,14 @@ func describe(name string, args [6]uint64) (detail, suggestion string) {
 			return "flags=SECCOMP_FILTER_FLAG_NEW_LISTENER", "a nested notification listener could answer for agentrun's filter; it is " + neverAllowed
 		}
 		return fmt.Sprintf("op=%d flags=%#x", uint32(args[0]), uint32(args[1])), customProfile
+	case "chmod", "fchmod", "fchmodat", "fchmodat2", "creat", "open", "openat", "mknod", "mknodat":
+		idx := 0
+		for _, m := range modeArgs() {
+			if m.name == name {
+				idx = int(m.index)
+			}
+		}
+		return fmt.Sprintf("mode=%#o", uint32(args[idx])&0o7777), "setuid and setgid bits are not allowed on files the sandbox writes: on the host they could grant the workspace owner's privileges"
 	case "keyctl", "add_key", "request_key":
 		return "", "the kernel keyring is shared with the host (not namespaced); " + customProfile
 	case "mount", "umount", "umount2", "pivot_root", "open_tree", "open_tree_attr", "move_mount",

@@ -76,10 +76,16 @@ func spawn(args []string, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
 		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH)
-	res, err := agentrun.Run(context.Background(), opts.policy, agentrun.Options{
+	ropts := agentrun.Options{
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Signals: sigs,
 		Warn: func(m string) { fmt.Fprintf(stderr, "agentrun: warning: %s\n", m) },
-	})
+	}
+	if opts.verbose {
+		ropts.OnViolation = func(v agentrun.Violation) {
+			fmt.Fprintf(stderr, "agentrun: denied %s %s (%s)\n", v.Name, v.Detail, v.Suggestion)
+		}
+	}
+	res, err := agentrun.Run(context.Background(), opts.policy, ropts)
 	signal.Stop(sigs)
 	if err != nil {
 		code := fail(stderr, "%v", err)
@@ -88,6 +94,9 @@ func spawn(args []string, stderr io.Writer) int {
 	}
 	if res.TimedOut {
 		fmt.Fprintf(stderr, "agentrun: timed out after %s; sandbox killed\n", time.Duration(opts.policy.Timeout))
+	}
+	if res.OOMKilled {
+		fmt.Fprintf(stderr, "agentrun: memory limit of %d bytes hit; the command was killed\n", opts.policy.Limits.Memory)
 	}
 	writeResult(opts, res, stderr)
 	return res.ExitCode
@@ -104,8 +113,9 @@ func writeResult(o *spawnOpts, res *agentrun.Result, stderr io.Writer) {
 }
 
 type spawnOpts struct {
-	policy *agentrun.Policy
-	result string
+	policy  *agentrun.Policy
+	result  string
+	verbose bool
 }
 
 // listFlag collects a repeatable flag.
@@ -135,6 +145,10 @@ func parseSpawn(args []string, stderr io.Writer) (*spawnOpts, error) {
 	fs.Var(&env, "env", "set K=V in the command's environment (repeatable)")
 	fs.StringVar(&policyFile, "policy", "", "read the policy from a JSON file; flags add to it")
 	fs.StringVar(&res, "result", "", "write the result as JSON to this file")
+	var seccompProfile string
+	var verbose bool
+	fs.StringVar(&seccompProfile, "seccomp-profile", "", "system-call filter: a profile file in OCI or Docker JSON format, or 'unconfined' (default: the built-in agent profile)")
+	fs.BoolVar(&verbose, "verbose", false, "print a line for every denied system call")
 	fs.StringVar(&nofile, "nofile", "", "RLIMIT_NOFILE for the command")
 	fs.StringVar(&nproc, "nproc", "", "RLIMIT_NPROC for the command")
 	fs.StringVar(&fsize, "fsize", "", "RLIMIT_FSIZE for the command, e.g. 100M")
@@ -147,7 +161,7 @@ func parseSpawn(args []string, stderr io.Writer) (*spawnOpts, error) {
 		}
 		return nil, err
 	}
-	o := &spawnOpts{result: res, policy: &agentrun.Policy{}}
+	o := &spawnOpts{result: res, verbose: verbose, policy: &agentrun.Policy{}}
 	if policyFile != "" {
 		p, err := agentrun.LoadPolicyFile(policyFile)
 		if err != nil {
@@ -161,6 +175,9 @@ func parseSpawn(args []string, stderr io.Writer) (*spawnOpts, error) {
 	}
 	if netMode != "" {
 		p.Network = agentrun.NetworkMode(netMode)
+	}
+	if seccompProfile != "" {
+		p.Seccomp = seccompProfile
 	}
 	for _, v := range ro {
 		m, err := bindFlag(v, agentrun.MountRO)

@@ -1,0 +1,465 @@
+//go:build linux && cgo
+
+package nsinit
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"reflect"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/agentrun/agentrun/mounts"
+	"github.com/agentrun/agentrun/nsinit/internal/cinit"
+	"github.com/agentrun/agentrun/seccomp"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// haveCInit: cgo builds carry the C init.
+const haveCInit = true
+
+// startC is Start with the C init: the same Spec, the same isolation and
+// the same reports, without re-executing the binary.
+func startC(cfg *Config) (*Process, error) {
+	spec := cfg.Spec
+	if spec.Process == nil || len(spec.Process.Args) == 0 || spec.Linux == nil {
+		return nil, &StepError{Step: "spec", Msg: "no process, args or linux section"}
+	}
+	clampRlimits(spec.Process, cfg.Warn)
+	if spec.Process.User.UID == 0 {
+		// Root in the namespace would keep its capabilities over execve.
+		return nil, &StepError{Step: "drop privileges", Msg: "refusing to run the command as uid 0 of the sandbox"}
+	}
+	prog, err := compileSeccomp(spec, cfg)
+	if err != nil {
+		return nil, err
+	}
+	prep, err := prepareMountsWith(spec, cUserns)
+	if err != nil {
+		return nil, err
+	}
+	defer prep.close()
+
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, &StepError{Step: "sync socket", Msg: err.Error()}
+	}
+	parentSock := os.NewFile(uintptr(fds[0]), "sync-parent")
+	childSock := os.NewFile(uintptr(fds[1]), "sync-child")
+	defer childSock.Close()
+
+	std, err := newStdio(cfg)
+	if err != nil {
+		parentSock.Close()
+		return nil, &StepError{Step: "stdio", Msg: err.Error()}
+	}
+	plan, err := buildPlan(spec, prep, std.fds, int(childSock.Fd()), prog)
+	if err != nil {
+		parentSock.Close()
+		std.closeAll()
+		return nil, err
+	}
+
+	p, err := startCInit(plan, parentSock, std, cfg.Cgroup)
+	// The child holds its own copies now.
+	std.closeChildEnds()
+	if err != nil {
+		parentSock.Close()
+		std.closeAll()
+		return nil, startError(err, cfg.UsernsBlocker)
+	}
+	if plan.CloneFlags&unix.CLONE_NEWUSER != 0 {
+		if err := writeIDMaps(p.pid, spec.Linux, os.Geteuid() != 0); err != nil {
+			p.Kill()
+			return nil, p.failed("id maps", err)
+		}
+	}
+	if err := p.placeCgroup(cfg.Cgroup); err != nil {
+		p.Kill()
+		p.wait()
+		return nil, err
+	}
+	p.prog, p.onViolation = prog, cfg.OnViolation
+	// One byte: maps written, cgroup placed; the child may go on.
+	if _, err := parentSock.Write([]byte{'g'}); err != nil {
+		p.Kill()
+		return nil, p.failed("sync", err)
+	}
+	r, err := p.readSetup()
+	switch {
+	case err != nil:
+		p.Kill()
+		return nil, p.failed("init", err)
+	case r.Type == repError:
+		p.wait()
+		return nil, &StepError{Step: r.Step, Msg: r.Error}
+	case r.Type == repExit:
+		// The command could not even be started (not found, not
+		// executable): a normal exit with a shell-style status.
+		p.pending = &r
+		return p, nil
+	case r.Type != repStarted:
+		p.Kill()
+		return nil, p.failed("sync", fmt.Errorf("unexpected report %q", r.Type))
+	}
+	return p, nil
+}
+
+// startCInit clones the init, into its cgroup when clone3 can place it
+// there, otherwise plainly (placeCgroup then moves it before the child is
+// released).
+func startCInit(plan *cinit.Plan, sock *os.File, std *stdio, cg *CgroupPlacement) (*Process, error) {
+	tryFD := cg != nil && cg.FD >= 0
+	for {
+		plan.CgroupFD = -1
+		if tryFD {
+			plan.CgroupFD = cg.FD
+		}
+		p := &Process{sock: sock, waited: make(chan struct{}), inCgroup: tryFD}
+		started := make(chan error, 1)
+		go p.runC(plan, std, started)
+		err := <-started
+		if err == nil {
+			return p, nil
+		}
+		// clone3 refused (old kernel, a seccomp filter around us).
+		if tryFD && (errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.E2BIG)) {
+			tryFD = false
+			continue
+		}
+		return nil, err
+	}
+}
+
+// runC clones the init and waits for it on one locked OS thread: the
+// parent death signal fires when the thread that cloned the child exits,
+// so the thread must outlive the child.
+func (p *Process) runC(plan *cinit.Plan, std *stdio, started chan<- error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	pid, err := cinit.Start(plan)
+	if err != nil {
+		started <- err
+		close(p.waited)
+		return
+	}
+	p.pid = pid
+	// On Linux this holds a pidfd, so the wait below cannot hit a reused pid.
+	proc, err := os.FindProcess(pid)
+	started <- nil
+	if err == nil {
+		p.state, p.err = proc.Wait()
+	} else {
+		p.err = err
+	}
+	if err := std.wait(); p.err == nil {
+		p.err = err
+	}
+	close(p.waited)
+}
+
+// buildPlan flattens the Spec into the C init's plan. Everything the child
+// would have to parse or decide is done here, in the parent.
+func buildPlan(spec *specs.Spec, prep *preparedMounts, stdio [3]int, sock int, prog *seccomp.Program) (*cinit.Plan, error) {
+	proc := spec.Process
+	pl := &cinit.Plan{
+		CgroupFD:     -1,
+		FDs:          []int{stdio[0], stdio[1], stdio[2], sock},
+		SyncFD:       syncFD,
+		UID:          proc.User.UID,
+		GID:          proc.User.GID,
+		DropGroups:   os.Geteuid() == 0,
+		Hostname:     spec.Hostname,
+		Masked:       spec.Linux.MaskedPaths,
+		Readonly:     spec.Linux.ReadonlyPaths,
+		RootReadonly: spec.Root == nil || spec.Root.Readonly,
+		Loopback:     hasNamespace(spec, specs.NetworkNamespace),
+		Cwd:          proc.Cwd,
+		Argv:         proc.Args,
+		Env:          proc.Env,
+		NoNewPrivs:   proc.NoNewPrivileges,
+		// Unshared by the child once it sits in its cgroup (nsFlag leaves
+		// it out of the clone flags), as the Go init does.
+		UnshareCgroupNS: hasNamespace(spec, specs.CgroupNamespace),
+	}
+	if prog != nil {
+		pl.Seccomp, pl.SeccompFlags = prog.Filter, uint32(prog.Flags)
+	}
+	for _, f := range prep.files {
+		pl.FDs = append(pl.FDs, int(f.Fd()))
+	}
+	for _, ns := range spec.Linux.Namespaces {
+		if ns.Path != "" {
+			return nil, &StepError{Step: "namespaces", Msg: fmt.Sprintf("joining the %s namespace at %s is not supported", ns.Type, ns.Path)}
+		}
+		pl.CloneFlags |= uint64(nsFlag(ns.Type))
+	}
+	pl.ExpectPPID = os.Getpid()
+	if pl.CloneFlags&unix.CLONE_NEWPID != 0 {
+		pl.ExpectPPID = -1
+	}
+	for _, kv := range proc.Env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pl.Path = v
+		}
+	}
+	for i := range spec.Mounts {
+		m := &spec.Mounts[i]
+		cm := cinit.Mount{Type: m.Type, Dest: path.Clean("/" + m.Destination), Source: m.Source, FD: -1}
+		switch {
+		case m.Type == "bind":
+			cm.Kind = cinit.Bind
+			cm.Recursive = mounts.Recursive(m.Options)
+			cm.Attr = mounts.Attrs(m.Options)
+			if fd, ok := prep.childFDs[i]; ok {
+				cm.FD = fd
+			}
+		case m.Type == mounts.TypeSymlink:
+			cm.Kind = cinit.Symlink
+		case mounts.IsFilesystem(m.Type):
+			cm.Kind = cinit.FS
+			cm.Source = m.Type
+			cm.Attr = mounts.Attrs(m.Options)
+			for _, fp := range mounts.FSParams(m.Options) {
+				cm.Params = append(cm.Params, cinit.FSParam{Key: fp.Key, Value: fp.Value, Flag: fp.Flag})
+			}
+		default:
+			return nil, &StepError{Step: "mount " + m.Destination, Msg: fmt.Sprintf("mounts: %s %s: unsupported mount type %q", m.Type, m.Destination, m.Type)}
+		}
+		pl.Mounts = append(pl.Mounts, cm)
+	}
+	for _, d := range spec.Linux.Devices {
+		pl.Devices = append(pl.Devices, cinit.Device{Path: d.Path, Dest: path.Clean("/" + d.Path)})
+	}
+	for _, r := range proc.Rlimits {
+		res, ok := rlimitResource(r.Type)
+		if !ok {
+			return nil, &StepError{Step: "rlimits", Msg: "unknown rlimit " + r.Type}
+		}
+		pl.Rlimits = append(pl.Rlimits, cinit.Rlimit{Name: r.Type, Resource: res, Soft: r.Soft, Hard: r.Hard})
+	}
+	return pl, nil
+}
+
+// writeIDMaps writes the child's setgroups, uid_map and gid_map. Rootless,
+// setgroups must be denied before an unprivileged gid_map is accepted; as
+// root it stays allowed so that the init can drop the host's groups.
+func writeIDMaps(pid int, lx *specs.Linux, rootless bool) error {
+	dir := "/proc/" + strconv.Itoa(pid) + "/"
+	setgroups := "allow"
+	if rootless {
+		setgroups = "deny"
+	}
+	if err := writeProc(dir+"setgroups", setgroups); err != nil {
+		return err
+	}
+	if len(lx.UIDMappings) > 0 {
+		if err := writeProc(dir+"uid_map", formatIDMap(lx.UIDMappings)); err != nil {
+			return err
+		}
+	}
+	if len(lx.GIDMappings) > 0 {
+		if err := writeProc(dir+"gid_map", formatIDMap(lx.GIDMappings)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func formatIDMap(ms []specs.LinuxIDMapping) string {
+	var b strings.Builder
+	for _, m := range ms {
+		fmt.Fprintf(&b, "%d %d %d\n", m.ContainerID, m.HostID, m.Size)
+	}
+	return b.String()
+}
+
+// writeProc writes a /proc control file in one write, as the kernel wants.
+func writeProc(name, data string) error {
+	fd, err := unix.Open(name, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", name, err)
+	}
+	defer unix.Close(fd)
+	if _, err := unix.Write(fd, []byte(data)); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	return nil
+}
+
+// cUserns returns an fd of a user namespace with the given maps, owned by
+// a short-lived holder that the C side clones (no exec).
+func cUserns(uids, gids []specs.LinuxIDMapping) (int, error) {
+	// The holder's parent death signal follows this thread.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	r, w, err := os.Pipe()
+	if err != nil {
+		return -1, fmt.Errorf("userns holder: %w", err)
+	}
+	defer w.Close()
+	pid, err := cinit.UsernsHolder(int(r.Fd()))
+	r.Close()
+	if err != nil {
+		return -1, fmt.Errorf("userns holder: %w", err)
+	}
+	defer func() {
+		_ = unix.Kill(pid, unix.SIGKILL)
+		for {
+			if _, err := unix.Wait4(pid, nil, 0, nil); !errors.Is(err, unix.EINTR) {
+				break
+			}
+		}
+	}()
+	dir := "/proc/" + strconv.Itoa(pid) + "/"
+	if err := writeProc(dir+"uid_map", formatIDMap(uids)); err != nil {
+		return -1, fmt.Errorf("userns holder: %w", err)
+	}
+	if err := writeProc(dir+"gid_map", formatIDMap(gids)); err != nil {
+		return -1, fmt.Errorf("userns holder: %w", err)
+	}
+	fd, err := unix.Open(dir+"ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open holder userns: %w", err)
+	}
+	return fd, nil
+}
+
+// stdio gives the child fds for Config's readers and writers the way
+// os/exec does: *os.File as is, nil as /dev/null, anything else through a
+// pipe and a copying goroutine.
+type stdio struct {
+	fds [3]int
+	// childEnds are closed once the child holds its copies; parentEnds
+	// once it is gone.
+	childEnds  []*os.File
+	parentEnds []*os.File
+	copies     sync.WaitGroup
+	mu         sync.Mutex
+	copyErr    error
+}
+
+func newStdio(cfg *Config) (*stdio, error) {
+	s := &stdio{}
+	var err error
+	if s.fds[0], err = s.input(cfg.Stdin); err != nil {
+		s.closeAll()
+		return nil, err
+	}
+	if s.fds[1], err = s.output(cfg.Stdout); err != nil {
+		s.closeAll()
+		return nil, err
+	}
+	if sameWriter(cfg.Stdout, cfg.Stderr) {
+		// One pipe, one copier: two would race on the writer.
+		s.fds[2] = s.fds[1]
+		return s, nil
+	}
+	if s.fds[2], err = s.output(cfg.Stderr); err != nil {
+		s.closeAll()
+		return nil, err
+	}
+	return s, nil
+}
+
+func sameWriter(a, b io.Writer) bool {
+	if a == nil || b == nil || reflect.TypeOf(a) != reflect.TypeOf(b) || !reflect.TypeOf(a).Comparable() {
+		return false
+	}
+	return a == b
+}
+
+func (s *stdio) input(r io.Reader) (int, error) {
+	if f, ok := r.(*os.File); ok && f != nil {
+		return int(f.Fd()), nil
+	}
+	if r == nil {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			return -1, err
+		}
+		s.childEnds = append(s.childEnds, f)
+		return int(f.Fd()), nil
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return -1, err
+	}
+	s.childEnds = append(s.childEnds, pr)
+	s.parentEnds = append(s.parentEnds, pw)
+	// Not waited for: a reader that never ends must not hold up Wait. The
+	// copy stops with EPIPE once the sandbox is gone and pw closed.
+	go func() {
+		_, _ = io.Copy(pw, r)
+		pw.Close()
+	}()
+	return int(pr.Fd()), nil
+}
+
+func (s *stdio) output(w io.Writer) (int, error) {
+	if f, ok := w.(*os.File); ok && f != nil {
+		return int(f.Fd()), nil
+	}
+	if w == nil {
+		f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+		if err != nil {
+			return -1, err
+		}
+		s.childEnds = append(s.childEnds, f)
+		return int(f.Fd()), nil
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return -1, err
+	}
+	s.childEnds = append(s.childEnds, pw)
+	fd := int(pw.Fd())
+	s.copies.Add(1)
+	go func() {
+		defer s.copies.Done()
+		_, err := io.Copy(w, pr)
+		pr.Close()
+		if err != nil {
+			s.mu.Lock()
+			if s.copyErr == nil {
+				s.copyErr = err
+			}
+			s.mu.Unlock()
+		}
+	}()
+	return fd, nil
+}
+
+func (s *stdio) closeChildEnds() {
+	for _, f := range s.childEnds {
+		f.Close()
+	}
+	s.childEnds = nil
+}
+
+// closeAll undoes newStdio when no child was started.
+func (s *stdio) closeAll() {
+	s.closeChildEnds()
+	for _, f := range s.parentEnds {
+		f.Close()
+	}
+	s.copies.Wait()
+}
+
+// wait finishes the copies once the sandbox has ended and returns the first
+// copy error.
+func (s *stdio) wait() error {
+	for _, f := range s.parentEnds {
+		f.Close()
+	}
+	s.copies.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.copyErr
+}

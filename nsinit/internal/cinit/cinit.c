@@ -1,0 +1,1233 @@
+//go:build linux && cgo
+
+/*
+ * cinit.c: the sandbox init in C (contract in cinit.h).
+ *
+ * Rules for everything that runs in a cloned child: the child is a copy of
+ * a multi-threaded Go process in which only the cloning thread survives, so
+ * any lock another thread held (malloc, stdio, Go's runtime) stays held
+ * forever. The child therefore only makes system calls, keeps its state on
+ * its stack and reads the plan. glibc is used for thin system call wrappers
+ * only; calls whose glibc wrappers coordinate threads (setresuid, setgroups
+ * broadcast to every thread of the process and would wait forever) go
+ * through syscall(2) directly.
+ */
+#define _GNU_SOURCE
+#include "cinit.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+
+#include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/if.h>
+#include <linux/keyctl.h>
+#include <linux/mount.h>
+#include <linux/netlink.h>
+#include <linux/openat2.h>
+#include <linux/rtnetlink.h>
+#include <linux/sched.h>
+#include <linux/seccomp.h>
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+#ifndef MNT_DETACH
+#define MNT_DETACH 2
+#endif
+
+/* Exit status of an init that could not build the sandbox. */
+#define EXIT_SETUP_FAILED 125
+
+/* ---- reports: the JSON the Go parent parses, formatted by hand ---- */
+
+struct out {
+	char b[3072];
+	size_t n;
+};
+
+static void put(struct out *o, const char *s)
+{
+	while (*s && o->n < sizeof o->b - 1)
+		o->b[o->n++] = *s++;
+}
+
+static void put_int(struct out *o, long v)
+{
+	char d[24];
+	int i = 0;
+	unsigned long u = v < 0 ? -(unsigned long)v : (unsigned long)v;
+	do {
+		d[i++] = (char)('0' + u % 10);
+		u /= 10;
+	} while (u);
+	if (v < 0)
+		d[i++] = '-';
+	while (i > 0 && o->n < sizeof o->b - 1)
+		o->b[o->n++] = d[--i];
+}
+
+/* put_str appends s as the inside of a JSON string: quotes, backslashes and
+ * control characters escaped, other bytes as they are. */
+static void put_str(struct out *o, const char *s)
+{
+	static const char hex[] = "0123456789abcdef";
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (o->n + 7 >= sizeof o->b)
+			return;
+		if (c == '"' || c == '\\') {
+			o->b[o->n++] = '\\';
+			o->b[o->n++] = (char)c;
+		} else if (c < 0x20 || c == 0x7f) {
+			memcpy(o->b + o->n, "\\u00", 4);
+			o->b[o->n + 4] = hex[c >> 4];
+			o->b[o->n + 5] = hex[c & 15];
+			o->n += 6;
+		} else {
+			o->b[o->n++] = (char)c;
+		}
+	}
+}
+
+/* put_strs appends a NULL-terminated list of strings, escaped. */
+static void put_strs(struct out *o, const char *const *parts)
+{
+	for (; *parts; parts++)
+		put_str(o, *parts);
+}
+
+/* errstr names errno values the way Go's syscall.Errno does, so reports
+ * from both inits read alike. */
+static const char *errstr(int e)
+{
+	switch (e) {
+	case EPERM: return "operation not permitted";
+	case ENOENT: return "no such file or directory";
+	case ESRCH: return "no such process";
+	case EINTR: return "interrupted system call";
+	case EIO: return "input/output error";
+	case ENXIO: return "no such device or address";
+	case E2BIG: return "argument list too long";
+	case ENOEXEC: return "exec format error";
+	case EBADF: return "bad file descriptor";
+	case ECHILD: return "no child processes";
+	case EAGAIN: return "resource temporarily unavailable";
+	case ENOMEM: return "cannot allocate memory";
+	case EACCES: return "permission denied";
+	case EFAULT: return "bad address";
+	case EBUSY: return "device or resource busy";
+	case EEXIST: return "file exists";
+	case EXDEV: return "invalid cross-device link";
+	case ENODEV: return "no such device";
+	case ENOTDIR: return "not a directory";
+	case EISDIR: return "is a directory";
+	case EINVAL: return "invalid argument";
+	case ENFILE: return "too many open files in system";
+	case EMFILE: return "too many open files";
+	case ENOTTY: return "inappropriate ioctl for device";
+	case ETXTBSY: return "text file busy";
+	case EFBIG: return "file too large";
+	case ENOSPC: return "no space left on device";
+	case EROFS: return "read-only file system";
+	case EMLINK: return "too many links";
+	case EPIPE: return "broken pipe";
+	case ERANGE: return "numerical result out of range";
+	case ENAMETOOLONG: return "file name too long";
+	case ENOSYS: return "function not implemented";
+	case ENOTEMPTY: return "directory not empty";
+	case ELOOP: return "too many levels of symbolic links";
+	case EOPNOTSUPP: return "operation not supported";
+	case EUSERS: return "too many users";
+	case EOVERFLOW: return "value too large for defined data type";
+	case ENOBUFS: return "no buffer space available";
+	case EAFNOSUPPORT: return "address family not supported by protocol";
+	case EPROTONOSUPPORT: return "protocol not supported";
+	}
+	return NULL;
+}
+
+static void put_errno(struct out *o, int e)
+{
+	const char *s = errstr(e);
+	if (s) {
+		put(o, s);
+		return;
+	}
+	put(o, "errno ");
+	put_int(o, e);
+}
+
+/* ---- child state ---- */
+
+struct ctx {
+	const struct ar_plan *p;
+	int sync; /* the sync socket; the parent's number until fds are arranged */
+	/* Detail of a failed mount helper, e.g. "open source " + "/usr". */
+	const char *what;
+	const char *what_arg;
+};
+
+/* detail records what a helper was doing when it failed; returns -1 with
+ * errno preserved so helpers can `return detail(...)`. */
+static int detail(struct ctx *c, const char *what, const char *arg)
+{
+	int e = errno;
+	c->what = what;
+	c->what_arg = arg;
+	errno = e;
+	return -1;
+}
+
+static void send_msg(int sock, const struct out *o)
+{
+	/* MSG_NOSIGNAL: a parent that is gone must not kill us with SIGPIPE;
+	 * there is nobody left to tell then. */
+	(void)sendto(sock, o->b, o->n, MSG_NOSIGNAL, NULL, 0);
+}
+
+/* report_error sends {"type":"error","step":...,"error":...}; step and msg
+ * are NULL-terminated lists of parts; err (if nonzero) ends the message. */
+static void report_error(int sock, const char *const *step, const char *const *msg, int err)
+{
+	struct out o = {.n = 0};
+	put(&o, "{\"type\":\"error\",\"step\":\"");
+	put_strs(&o, step);
+	put(&o, "\",\"error\":\"");
+	put_strs(&o, msg);
+	if (err) {
+		if (msg[0])
+			put(&o, ": ");
+		put_errno(&o, err);
+	}
+	put(&o, "\"}");
+	send_msg(sock, &o);
+}
+
+static _Noreturn void die_parts(struct ctx *c, const char *const *step, const char *const *msg, int err)
+{
+	report_error(c->sync, step, msg, err);
+	_exit(EXIT_SETUP_FAILED);
+}
+
+/* die reports step with errno's text and exits 125. */
+static _Noreturn void die(struct ctx *c, const char *step)
+{
+	int e = errno;
+	die_parts(c, (const char *[]){step, NULL}, (const char *[]){NULL}, e);
+}
+
+/* die_mount reports a failed mount step the way mounts.Error reads:
+ * step "mount DEST", error "mounts: OP DEST: DETAIL: ERR". */
+static _Noreturn void die_mount(struct ctx *c, const char *op, const char *dest)
+{
+	int e = errno;
+	const char *w = c->what ? c->what : "";
+	const char *wa = c->what_arg ? c->what_arg : "";
+	const char *sep = c->what ? ": " : "";
+	die_parts(c, (const char *[]){"mount ", dest, NULL},
+		  (const char *[]){"mounts: ", op, " ", dest, sep, w, wa, NULL}, e);
+}
+
+static void close_keep_errno(int fd)
+{
+	int e = errno;
+	close(fd);
+	errno = e;
+}
+
+/* ---- file descriptors ---- */
+
+/*
+ * arrange_fds makes the plan's fds the child's 0..n-1 and closes every
+ * other descriptor: the clone copied the Go parent's whole fd table, and a
+ * resident init must not keep the caller's files open (no exec will close
+ * them). Sources below their target index are first moved above every
+ * source, so no dup3 clobbers a source that is still needed.
+ */
+static int arrange_fds(const struct ar_plan *p)
+{
+	int n = p->nfds;
+	int fd[AR_MAX_ENTRIES];
+	int next = n;
+	for (int i = 0; i < n; i++) {
+		fd[i] = p->fds[i];
+		if (fd[i] >= next)
+			next = fd[i] + 1;
+	}
+	for (int i = 0; i < n; i++) {
+		if (fd[i] < i) {
+			if (dup3(fd[i], next, O_CLOEXEC) < 0)
+				return -1;
+			fd[i] = next++;
+		}
+	}
+	for (int i = 0; i < n; i++) {
+		if (fd[i] == i) {
+			/* Already in place; it must survive exec if it is stdio. */
+			if (fcntl(i, F_SETFD, 0) < 0)
+				return -1;
+		} else if (dup3(fd[i], i, 0) < 0) {
+			return -1;
+		}
+	}
+	if (syscall(SYS_close_range, (unsigned)n, ~0U, 0) < 0)
+		return -1;
+	/* Everything but stdio closes when the command is executed. */
+	if (n > 3 && syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
+		return -1;
+	return 0;
+}
+
+/* ---- paths inside the new root ---- */
+
+/* open_in opens path under dirfd with openat2. */
+static int open_in(int dirfd, const char *path, uint64_t flags, uint64_t resolve)
+{
+	struct open_how how = {.flags = flags | O_CLOEXEC, .resolve = resolve};
+	return (int)syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+}
+
+/* resolve_in opens p relative to rootfd as if rootfd were "/": symlinks and
+ * ".." cannot leave it, and /proc magic links are refused. */
+static int resolve_in(int rootfd, const char *p, uint64_t flags)
+{
+	while (*p == '/')
+		p++;
+	return open_in(rootfd, *p ? p : ".", flags, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS);
+}
+
+/* split copies the clean absolute path p into dir (its parent, "/" at the
+ * top) and returns a pointer to its last component inside dir's buffer. */
+static const char *split(const char *p, char dir[PATH_MAX])
+{
+	size_t n = strlen(p);
+	if (n >= PATH_MAX) {
+		errno = ENAMETOOLONG;
+		return NULL;
+	}
+	memcpy(dir, p, n + 1);
+	char *slash = strrchr(dir, '/');
+	if (!slash || !slash[1]) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (slash == dir) {
+		/* "/name": the parent is the root; keep the name after a NUL. */
+		memmove(dir + 2, dir + 1, n);
+		dir[1] = 0;
+		return dir + 2;
+	}
+	*slash = 0;
+	return slash + 1;
+}
+
+/*
+ * mkdir_all_in returns an O_PATH fd of directory p (clean, absolute) inside
+ * rootfd, creating missing components. It finds the deepest existing
+ * ancestor through resolve_in, then creates each component relative to its
+ * resolved parent and re-opens it without following symlinks, so a symlink
+ * planted between the two steps fails instead of redirecting the mount.
+ */
+static int mkdir_all_in(struct ctx *c, int rootfd, const char *p)
+{
+	char buf[PATH_MAX];
+	size_t n = strlen(p);
+	if (n >= PATH_MAX) {
+		errno = ENAMETOOLONG;
+		return detail(c, "mount point ", p);
+	}
+	if (strcmp(p, "/") == 0)
+		return fcntl(rootfd, F_DUPFD_CLOEXEC, 0);
+	int fd = resolve_in(rootfd, p, O_PATH | O_DIRECTORY);
+	if (fd >= 0)
+		return fd;
+	if (errno != ENOENT)
+		return detail(c, "mount point ", p);
+
+	/* Walk up to the deepest ancestor that exists. */
+	memcpy(buf, p, n + 1);
+	size_t end = n; /* buf[0:end] is the prefix being tried */
+	int pfd = -1;
+	for (;;) {
+		/* The next shorter prefix ends at the previous '/'. */
+		do
+			end--;
+		while (end > 0 && buf[end] != '/');
+		if (end == 0) {
+			pfd = fcntl(rootfd, F_DUPFD_CLOEXEC, 0);
+			break;
+		}
+		buf[end] = 0;
+		pfd = resolve_in(rootfd, buf, O_PATH | O_DIRECTORY);
+		buf[end] = '/';
+		if (pfd >= 0)
+			break;
+		if (errno != ENOENT)
+			return detail(c, "mount point ", p);
+	}
+	if (pfd < 0)
+		return detail(c, "mount point ", p);
+
+	/* Create and enter each missing component. */
+	while (end < n) {
+		size_t start = end + 1;
+		size_t stop = start;
+		while (stop < n && buf[stop] != '/')
+			stop++;
+		buf[stop] = 0;
+		const char *name = buf + start;
+		if (mkdirat(pfd, name, 0755) < 0 && errno != EEXIST) {
+			close_keep_errno(pfd);
+			return detail(c, "mkdir ", p);
+		}
+		fd = open_in(pfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW,
+			     RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS);
+		close_keep_errno(pfd);
+		if (fd < 0)
+			return detail(c, "mount point ", p);
+		pfd = fd;
+		if (stop < n)
+			buf[stop] = '/';
+		end = stop;
+	}
+	return pfd;
+}
+
+/* make_target returns an fd for the mount point p, creating a directory or
+ * an empty file depending on what will be mounted there. */
+static int make_target(struct ctx *c, int rootfd, const char *p, int dir)
+{
+	if (dir)
+		return mkdir_all_in(c, rootfd, p);
+	char parent[PATH_MAX];
+	const char *base = split(p, parent);
+	if (!base)
+		return detail(c, "mount point ", p);
+	int pfd = mkdir_all_in(c, rootfd, parent);
+	if (pfd < 0)
+		return -1;
+	int fd = openat(pfd, base, O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+	close_keep_errno(pfd);
+	if (fd < 0)
+		return detail(c, "mount point ", p);
+	return fd;
+}
+
+/* ---- mounts: mirror of mounts/rootfs_linux.go ---- */
+
+static int set_attr(int tree, int recursive, uint64_t attr)
+{
+	struct mount_attr a = {.attr_set = attr};
+	unsigned flags = AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0);
+	return (int)syscall(SYS_mount_setattr, tree, "", flags, &a, sizeof a);
+}
+
+static int attach(struct ctx *c, int tree, int target)
+{
+	if (syscall(SYS_move_mount, tree, "", target, "",
+		    MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+		return detail(c, "attach", NULL);
+	return 0;
+}
+
+/* clone_bind makes a detached, configured clone of a bind source. */
+static int clone_bind(struct ctx *c, const struct ar_mount *m)
+{
+	/* No symlink anywhere in the source: the compiler resolved it, so a
+	 * symlink here was swapped in after the check. */
+	int src = open_in(AT_FDCWD, m->source, O_PATH, RESOLVE_NO_SYMLINKS);
+	if (src < 0)
+		return detail(c, "open source ", m->source);
+	unsigned flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH;
+	if (m->recursive)
+		flags |= AT_RECURSIVE;
+	int tree = (int)syscall(SYS_open_tree, src, "", flags);
+	close_keep_errno(src);
+	if (tree < 0)
+		return detail(c, "clone ", m->source);
+	if (m->attr && set_attr(tree, m->recursive, m->attr) < 0) {
+		close_keep_errno(tree);
+		return detail(c, "set attributes on ", m->source);
+	}
+	return tree;
+}
+
+/* attach_tree attaches a detached tree at dest, creating a directory or an
+ * empty file as the mount point depending on what the tree's root is. */
+static int attach_tree(struct ctx *c, int rootfd, int tree, const char *dest)
+{
+	struct stat st;
+	if (fstat(tree, &st) < 0)
+		return detail(c, "stat source", NULL);
+	int target = make_target(c, rootfd, dest, S_ISDIR(st.st_mode));
+	if (target < 0)
+		return -1;
+	int r = attach(c, tree, target);
+	close_keep_errno(target);
+	return r;
+}
+
+/* fs_mount creates a filesystem instance (tmpfs, proc, devpts...) and
+ * attaches it at the destination. */
+static int fs_mount(struct ctx *c, int rootfd, const struct ar_mount *m)
+{
+	int fsfd = (int)syscall(SYS_fsopen, m->source, FSOPEN_CLOEXEC);
+	if (fsfd < 0)
+		return detail(c, "fsopen ", m->source);
+	for (int i = 0; i < m->nparams; i++) {
+		const struct ar_fsparam *fp = &m->params[i];
+		long r = fp->value
+			? syscall(SYS_fsconfig, fsfd, FSCONFIG_SET_STRING, fp->key, fp->value, 0)
+			: syscall(SYS_fsconfig, fsfd, FSCONFIG_SET_FLAG, fp->key, NULL, 0);
+		if (r < 0) {
+			close_keep_errno(fsfd);
+			return detail(c, "option ", fp->key);
+		}
+	}
+	if (syscall(SYS_fsconfig, fsfd, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0) {
+		close_keep_errno(fsfd);
+		return detail(c, "create ", m->source);
+	}
+	int mfd = (int)syscall(SYS_fsmount, fsfd, FSMOUNT_CLOEXEC, (unsigned)m->attr);
+	close_keep_errno(fsfd);
+	if (mfd < 0)
+		return detail(c, "fsmount ", m->source);
+	int target = mkdir_all_in(c, rootfd, m->dest);
+	if (target < 0) {
+		close_keep_errno(mfd);
+		return -1;
+	}
+	int r = attach(c, mfd, target);
+	close_keep_errno(target);
+	close_keep_errno(mfd);
+	return r;
+}
+
+static int symlink_in(struct ctx *c, int rootfd, const char *target, const char *p)
+{
+	char parent[PATH_MAX];
+	const char *base = split(p, parent);
+	if (!base)
+		return detail(c, "symlink ", p);
+	int pfd = mkdir_all_in(c, rootfd, parent);
+	if (pfd < 0)
+		return -1;
+	int r = symlinkat(target, pfd, base);
+	close_keep_errno(pfd);
+	if (r < 0)
+		return detail(c, "symlink ", p);
+	return 0;
+}
+
+/* mask_path hides p: files get /dev/null bound over them, directories an
+ * empty read-only tmpfs. Paths that do not exist are fine. */
+static int mask_path(struct ctx *c, int rootfd, int null, const char *p)
+{
+	int target = resolve_in(rootfd, p, O_PATH | O_NOFOLLOW);
+	if (target < 0)
+		return errno == ENOENT ? 0 : detail(c, "open", NULL);
+	struct stat st;
+	int tree = -1, r = -1;
+	if (fstat(target, &st) < 0) {
+		detail(c, "stat", NULL);
+		goto out;
+	}
+	if (S_ISDIR(st.st_mode)) {
+		int fsfd = (int)syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC);
+		if (fsfd < 0) {
+			detail(c, "fsopen tmpfs", NULL);
+			goto out;
+		}
+		if (syscall(SYS_fsconfig, fsfd, FSCONFIG_SET_STRING, "size", "0", 0) < 0 ||
+		    syscall(SYS_fsconfig, fsfd, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0) {
+			close_keep_errno(fsfd);
+			detail(c, "create tmpfs", NULL);
+			goto out;
+		}
+		tree = (int)syscall(SYS_fsmount, fsfd, FSMOUNT_CLOEXEC,
+				    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
+		close_keep_errno(fsfd);
+		if (tree < 0) {
+			detail(c, "fsmount tmpfs", NULL);
+			goto out;
+		}
+	} else {
+		tree = (int)syscall(SYS_open_tree, null, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+		if (tree < 0) {
+			detail(c, "clone /dev/null", NULL);
+			goto out;
+		}
+		if (set_attr(tree, 0, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC) < 0) {
+			detail(c, "set attributes", NULL);
+			goto out;
+		}
+	}
+	r = attach(c, tree, target);
+out:
+	if (tree >= 0)
+		close_keep_errno(tree);
+	close_keep_errno(target);
+	return r;
+}
+
+/* readonly_path stacks a read-only clone of p over itself. */
+static int readonly_path(struct ctx *c, int rootfd, const char *p)
+{
+	int target = resolve_in(rootfd, p, O_PATH | O_NOFOLLOW);
+	if (target < 0)
+		return errno == ENOENT ? 0 : detail(c, "open", NULL);
+	int r = -1;
+	int tree = (int)syscall(SYS_open_tree, target, "",
+				OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE);
+	if (tree < 0) {
+		detail(c, "clone", NULL);
+	} else if (set_attr(tree, 1, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC) < 0) {
+		detail(c, "set attributes", NULL);
+	} else {
+		r = attach(c, tree, target);
+	}
+	if (tree >= 0)
+		close_keep_errno(tree);
+	close_keep_errno(target);
+	return r;
+}
+
+/* setup_root assembles the root on a fresh tmpfs and pivots into it, in
+ * the order of mounts.Setup. */
+static void setup_root(struct ctx *c)
+{
+	const struct ar_plan *p = c->p;
+	int trees[AR_MAX_ENTRIES], devs[AR_MAX_ENTRIES];
+	int null = -1;
+
+	/* Nothing we mount may propagate anywhere, and later host mounts must
+	 * not appear inside. */
+	if (syscall(SYS_mount, "", "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+		die_mount(c, "make-rprivate", "/");
+
+	/* Every host source is cloned before the staging tmpfs exists, so no
+	 * source path is resolved after that mount could shadow it. */
+	for (int i = 0; i < p->nmounts; i++) {
+		const struct ar_mount *m = &p->mounts[i];
+		trees[i] = -1;
+		if (m->kind != AR_MOUNT_BIND)
+			continue;
+		if (m->fd >= 0) {
+			trees[i] = m->fd; /* configured by the parent; attached as is */
+			continue;
+		}
+		trees[i] = clone_bind(c, m);
+		if (trees[i] < 0)
+			die_mount(c, "bind", m->dest);
+	}
+	for (int i = 0; i < p->ndevices; i++) {
+		const struct ar_device *d = &p->devices[i];
+		devs[i] = (int)syscall(SYS_open_tree, AT_FDCWD, d->path,
+				       OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW);
+		if (devs[i] < 0 || set_attr(devs[i], 0, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC) < 0) {
+			detail(c, "clone host ", d->path);
+			die_mount(c, "device", d->dest);
+		}
+	}
+	if (p->nmasked > 0) {
+		null = open("/dev/null", O_PATH | O_CLOEXEC);
+		if (null < 0)
+			die_mount(c, "mask", "/dev/null");
+	}
+
+	/* The staging root: a path of the private mount namespace only. */
+	if (syscall(SYS_mount, "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m,nr_inodes=4096") < 0)
+		die_mount(c, "mount tmpfs root", "/");
+	int rootfd = open("/tmp", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (rootfd < 0)
+		die_mount(c, "open root", "/");
+
+	for (int i = 0; i < p->nmounts; i++) {
+		const struct ar_mount *m = &p->mounts[i];
+		int r;
+		c->what = c->what_arg = NULL;
+		switch (m->kind) {
+		case AR_MOUNT_BIND:
+			r = attach_tree(c, rootfd, trees[i], m->dest);
+			close(trees[i]);
+			break;
+		case AR_MOUNT_FS:
+			r = fs_mount(c, rootfd, m);
+			break;
+		case AR_MOUNT_SYMLINK:
+			r = symlink_in(c, rootfd, m->source, m->dest);
+			break;
+		default:
+			errno = EINVAL;
+			r = detail(c, "unsupported mount type ", m->type);
+		}
+		if (r < 0)
+			die_mount(c, m->type, m->dest);
+	}
+	for (int i = 0; i < p->ndevices; i++) {
+		c->what = c->what_arg = NULL;
+		int r = attach_tree(c, rootfd, devs[i], p->devices[i].dest);
+		close(devs[i]);
+		if (r < 0)
+			die_mount(c, "device", p->devices[i].dest);
+	}
+	for (int i = 0; i < p->nmasked; i++) {
+		c->what = c->what_arg = NULL;
+		if (mask_path(c, rootfd, null, p->masked[i]) < 0)
+			die_mount(c, "mask", p->masked[i]);
+	}
+	if (null >= 0)
+		close(null);
+	for (int i = 0; i < p->nreadonly; i++) {
+		c->what = c->what_arg = NULL;
+		if (readonly_path(c, rootfd, p->readonly[i]) < 0)
+			die_mount(c, "readonly", p->readonly[i]);
+	}
+
+	c->what = c->what_arg = NULL;
+	if (fchdir(rootfd) < 0)
+		die_mount(c, "chdir", "/");
+	close(rootfd);
+	/* pivot_root(".", ".") stacks the old root on top of the new one; the
+	 * detach below drops it, so no path to the host tree remains. */
+	if (syscall(SYS_pivot_root, ".", ".") < 0)
+		die_mount(c, "pivot_root", "/");
+	if (syscall(SYS_umount2, ".", MNT_DETACH) < 0)
+		die_mount(c, "detach old root", "/");
+	if (chdir("/") < 0)
+		die_mount(c, "chdir", "/");
+	if (p->root_readonly) {
+		struct mount_attr a = {.attr_set = MOUNT_ATTR_RDONLY};
+		if (syscall(SYS_mount_setattr, AT_FDCWD, "/", 0, &a, sizeof a) < 0)
+			die_mount(c, "remount read-only", "/");
+	}
+}
+
+/* ---- network ---- */
+
+/* loopback_up sets IFF_UP on ifindex 1 ("lo") with one RTM_NEWLINK. */
+static int loopback_up(void)
+{
+	struct {
+		struct nlmsghdr nh;
+		struct ifinfomsg ifi;
+	} req = {
+		.nh = {.nlmsg_len = sizeof req, .nlmsg_type = RTM_NEWLINK,
+		       .nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK, .nlmsg_seq = 1},
+		.ifi = {.ifi_family = AF_UNSPEC, .ifi_index = 1, .ifi_flags = IFF_UP, .ifi_change = IFF_UP},
+	};
+	struct sockaddr_nl kernel = {.nl_family = AF_NETLINK};
+	union {
+		struct nlmsghdr nh;
+		char b[512];
+	} ack;
+	int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+	if (fd < 0)
+		return -1;
+	if (sendto(fd, &req, sizeof req, 0, (struct sockaddr *)&kernel, sizeof kernel) < 0) {
+		close_keep_errno(fd);
+		return -1;
+	}
+	ssize_t n = recv(fd, &ack, sizeof ack, 0);
+	close_keep_errno(fd);
+	if (n < 0)
+		return -1;
+	if ((size_t)n < sizeof(struct nlmsghdr) + sizeof(struct nlmsgerr) || ack.nh.nlmsg_type != NLMSG_ERROR) {
+		errno = EPROTO;
+		return -1;
+	}
+	const struct nlmsgerr *ne = NLMSG_DATA(&ack.nh);
+	if (ne->error) {
+		errno = -ne->error;
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- capabilities ---- */
+
+static int capset_all(uint32_t eff0, uint32_t eff1, uint32_t prm0, uint32_t prm1)
+{
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+	struct __user_cap_data_struct d[2] = {
+		{.effective = eff0, .permitted = prm0},
+		{.effective = eff1, .permitted = prm1},
+	};
+	return (int)syscall(SYS_capset, &h, d);
+}
+
+/* raise_effective makes the effective set equal to the permitted set. A
+ * setresuid away from uid 0 of the namespace clears the effective set even
+ * with keep-caps; when uid 0 is not mapped (agentrun's own specs) nothing is
+ * cleared and this is a no-op. */
+static int raise_effective(void)
+{
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+	struct __user_cap_data_struct d[2];
+	if (syscall(SYS_capget, &h, d) < 0)
+		return -1;
+	if (d[0].effective == d[0].permitted && d[1].effective == d[1].permitted)
+		return 0;
+	return capset_all(d[0].permitted, d[1].permitted, d[0].permitted, d[1].permitted);
+}
+
+/* ---- the command ---- */
+
+/* Message from the command child to init over a close-on-exec pipe; no
+ * message at all (EOF) means execve succeeded. */
+struct exec_msg {
+	int32_t kind; /* EXEC_EXITED: exit with code; EXEC_REPORTED: error sent */
+	int32_t code;
+};
+enum { EXEC_EXITED = 1, EXEC_REPORTED = 2 };
+
+static void say(const char *const *parts)
+{
+	struct out o = {.n = 0};
+	for (; *parts; parts++)
+		put(&o, *parts);
+	(void)write(2, o.b, o.n);
+}
+
+/* command_fail reports a failed step of the command child itself, then
+ * tells init that it did so. */
+static _Noreturn void command_fail(struct ctx *c, int pipe_w, const char *step, const char *what)
+{
+	int e = errno;
+	struct exec_msg m = {.kind = EXEC_REPORTED, .code = EXIT_SETUP_FAILED};
+	report_error(c->sync, (const char *[]){step, NULL}, (const char *[]){what, NULL}, e);
+	(void)write(pipe_w, &m, sizeof m);
+	_exit(EXIT_SETUP_FAILED);
+}
+
+static _Noreturn void command_exit(int pipe_w, int code)
+{
+	struct exec_msg m = {.kind = EXEC_EXITED, .code = code};
+	(void)write(pipe_w, &m, sizeof m);
+	_exit(code);
+}
+
+/* look_path resolves argv[0] with the command's PATH, inside the new root,
+ * like nsinit.lookPath: 0 and the path in out, or the shell-style status
+ * (127 not found, 126 not executable). */
+static int look_path(const char *name, const char *path, char out[PATH_MAX])
+{
+	size_t nlen = strlen(name);
+	if (strchr(name, '/')) {
+		if (nlen >= PATH_MAX)
+			return 127;
+		memcpy(out, name, nlen + 1);
+		return 0;
+	}
+	int denied = 0;
+	const char *dir = path;
+	for (;;) {
+		const char *end = strchr(dir, ':');
+		size_t dlen = end ? (size_t)(end - dir) : strlen(dir);
+		const char *d = dlen ? dir : ".";
+		size_t l = dlen ? dlen : 1;
+		if (l + 1 + nlen < PATH_MAX) {
+			memcpy(out, d, l);
+			out[l] = '/';
+			memcpy(out + l + 1, name, nlen + 1);
+			struct stat st;
+			if (stat(out, &st) == 0 && !S_ISDIR(st.st_mode)) {
+				if (access(out, X_OK) == 0)
+					return 0;
+				denied = 1;
+			}
+		}
+		if (!end)
+			break;
+		dir = end + 1;
+	}
+	return denied ? 126 : 127;
+}
+
+/* send_listener passes the seccomp listener fd to the parent. */
+static int send_listener(int sock, int fd)
+{
+	static const char msg[] = "{\"type\":\"seccomp-listener\"}";
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} ctl;
+	memset(&ctl, 0, sizeof ctl);
+	struct iovec iov = {.iov_base = (void *)msg, .iov_len = sizeof msg - 1};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b, .msg_controllen = sizeof ctl.b};
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+	return sendmsg(sock, &mh, MSG_NOSIGNAL) < 0 ? -1 : 0;
+}
+
+/*
+ * run_command is the forked command child: it drops every privilege, loads
+ * the seccomp filter and executes the command. Failures before execve are
+ * reported by the child itself; init learns the outcome from the pipe.
+ */
+static _Noreturn void run_command(struct ctx *c, int pipe_w)
+{
+	const struct ar_plan *p = c->p;
+	uint64_t none = 0;
+	char path[PATH_MAX];
+
+	/* A new program starts with no blocked signals. */
+	if (syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof none) < 0)
+		command_fail(c, pipe_w, "drop privileges", "unblock signals");
+	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
+		command_fail(c, pipe_w, "drop privileges", "clear ambient capabilities");
+	for (int cap = 0;; cap++) {
+		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0)
+			continue;
+		if (errno == EINVAL)
+			break; /* past the kernel's last capability */
+		command_fail(c, pipe_w, "drop privileges", "drop bounding capability");
+	}
+	if (p->no_new_privs && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		command_fail(c, pipe_w, "drop privileges", "set no_new_privs");
+	/* The command runs as a uid that is not root in the namespace, so
+	 * execve would clear these sets anyway; clearing them here makes the
+	 * lookup below and the seccomp load run unprivileged as well. */
+	if (capset_all(0, 0, 0, 0) < 0)
+		command_fail(c, pipe_w, "drop privileges", "clear capability sets");
+
+	const char *name = p->argv[0];
+	int code = look_path(name, p->path, path);
+	if (code) {
+		say((const char *[]){"agentrun: ", name, code == 126 ? ": permission denied\n" : ": command not found\n", NULL});
+		command_exit(pipe_w, code);
+	}
+
+	if (p->seccomp) {
+		struct sock_fprog prog = {
+			.len = (unsigned short)(p->seccomp_len / sizeof(struct sock_filter)),
+			.filter = (struct sock_filter *)p->seccomp,
+		};
+		unsigned flags = p->seccomp_flags;
+		if ((flags & SECCOMP_FILTER_FLAG_TSYNC) && (flags & SECCOMP_FILTER_FLAG_NEW_LISTENER))
+			flags |= SECCOMP_FILTER_FLAG_TSYNC_ESRCH;
+		long r = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog);
+		if (r < 0)
+			command_fail(c, pipe_w, "seccomp", "load filter");
+		if (flags & SECCOMP_FILTER_FLAG_NEW_LISTENER) {
+			/* Whoever holds the listener decides the notified calls:
+			 * the parent, never the command. */
+			if (send_listener(c->sync, (int)r) < 0)
+				command_fail(c, pipe_w, "seccomp", "send listener");
+			close((int)r);
+		}
+	}
+
+	execve(path, p->argv, p->envp);
+	int e = errno;
+	const char *es = errstr(e);
+	say((const char *[]){"agentrun: ", name, ": exec ", path, ": ", es ? es : "exec failed", "\n", NULL});
+	command_exit(pipe_w, e == ENOENT ? 127 : 126);
+}
+
+/* The signals init passes on to the command. SIGCHLD is for reaping. */
+static const int forwarded[] = {
+	SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT, SIGALRM,
+};
+
+static void report_exit(int sock, int code, int sig)
+{
+	struct out o = {.n = 0};
+	put(&o, "{\"type\":\"exit\",\"code\":");
+	put_int(&o, code);
+	if (sig) {
+		put(&o, ",\"signal\":");
+		put_int(&o, sig);
+	}
+	put(&o, "}");
+	send_msg(sock, &o);
+}
+
+/*
+ * init_loop is PID 1 after the command started: it forwards signals, reaps
+ * every child and, once the command is gone, reports and exits with the
+ * command's status, which takes everything left in the PID namespace down.
+ */
+static _Noreturn void init_loop(struct ctx *c, int sfd, pid_t cmd)
+{
+	for (;;) {
+		struct pollfd pf[2] = {{.fd = sfd, .events = POLLIN}, {.fd = c->sync, .events = 0}};
+		if (poll(pf, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			report_exit(c->sync, 255, 0);
+			_exit(255);
+		}
+		/* The parent is gone (its end of the socket closed): nobody is
+		 * left to wait for the sandbox, so it ends now. */
+		if (pf[1].revents & (POLLHUP | POLLERR))
+			_exit(EXIT_SETUP_FAILED);
+		if (!(pf[0].revents & POLLIN))
+			continue;
+		struct signalfd_siginfo si[8];
+		ssize_t n = read(sfd, si, sizeof si);
+		if (n < 0)
+			continue;
+		int reap = 0;
+		for (size_t i = 0; i < (size_t)n / sizeof si[0]; i++) {
+			if (si[i].ssi_signo == SIGCHLD)
+				reap = 1;
+			else
+				(void)kill(cmd, (int)si[i].ssi_signo);
+		}
+		if (!reap)
+			continue;
+		for (;;) {
+			int st;
+			pid_t pid = wait4(-1, &st, WNOHANG, NULL);
+			if (pid == 0)
+				break;
+			if (pid < 0) {
+				if (errno == EINTR)
+					continue;
+				report_exit(c->sync, 255, 0);
+				_exit(255);
+			}
+			if (pid != cmd)
+				continue; /* an orphan PID 1 inherited */
+			if (WIFSIGNALED(st)) {
+				report_exit(c->sync, 0, WTERMSIG(st));
+				_exit(128 + WTERMSIG(st));
+			}
+			report_exit(c->sync, WEXITSTATUS(st), 0);
+			_exit(WEXITSTATUS(st));
+		}
+	}
+}
+
+/* ---- the init child ---- */
+
+static int parent_gone(const struct ctx *c)
+{
+	if (c->p->expect_ppid >= 0 && getppid() != c->p->expect_ppid)
+		return 1;
+	/* In a new PID namespace getppid() is 0 whoever the parent is; a dead
+	 * parent shows as a hung-up sync socket instead. */
+	struct pollfd pf = {.fd = c->sync, .events = 0};
+	return poll(&pf, 1, 0) > 0 && (pf.revents & (POLLHUP | POLLERR));
+}
+
+static _Noreturn void child(const struct ar_plan *p)
+{
+	struct ctx c = {.p = p, .sync = p->fds[p->sync_fd]};
+	char go;
+
+	/* Go's handlers must never run here: reset every caught signal to its
+	 * default (ignored ones stay ignored, as across execve). All signals
+	 * stay blocked; the command unblocks them, init reads a signalfd. */
+	for (int sig = 1; sig < NSIG; sig++) {
+		struct sigaction old;
+		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &old) < 0)
+			continue;
+		if (old.sa_handler != SIG_IGN && old.sa_handler != SIG_DFL) {
+			struct sigaction dfl = {.sa_handler = SIG_DFL};
+			(void)sigaction(sig, &dfl, NULL);
+		}
+	}
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+		die(&c, "parent death signal");
+	if (arrange_fds(p) < 0)
+		die(&c, "close inherited fds");
+	c.sync = p->sync_fd;
+
+	/* Wait until the parent has written the id maps. EOF: it gave up. */
+	ssize_t n;
+	do
+		n = recv(c.sync, &go, 1, 0);
+	while (n < 0 && errno == EINTR);
+	if (n != 1)
+		_exit(EXIT_SETUP_FAILED);
+
+	/* Host supplementary groups (root mode) go before anything else. */
+	if (p->drop_groups && syscall(SYS_setgroups, 0, NULL) < 0)
+		die(&c, "setgroups");
+	/* Keep-caps so that a plan mapping uid 0 does not lose the
+	 * capabilities the setup needs when switching to the sandbox uid. */
+	if (prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) < 0)
+		die(&c, "keep capabilities");
+	if (syscall(SYS_setresgid, p->gid, p->gid, p->gid) < 0)
+		die(&c, "setresgid");
+	if (syscall(SYS_setresuid, p->uid, p->uid, p->uid) < 0)
+		die(&c, "setresuid");
+	if (raise_effective() < 0)
+		die(&c, "restore capabilities");
+	/* A credential change cleared the parent death signal: set it again,
+	 * then make sure the parent did not die before it was set. */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+		die(&c, "parent death signal");
+	if (parent_gone(&c))
+		_exit(EXIT_SETUP_FAILED);
+	/* The parent placed us in the sandbox's cgroup before releasing us,
+	 * so the new cgroup namespace is rooted there. */
+	if (p->unshare_cgroupns && syscall(SYS_unshare, CLONE_NEWCGROUP) < 0)
+		die(&c, "cgroup namespace");
+	/* Non-dumpable: nothing in the sandbox may ptrace PID 1 or open its
+	 * /proc entries, /proc/1/exe (the agentrun binary) included. Set after
+	 * the credential change, which resets it. */
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+		die(&c, "set non-dumpable");
+	/* A new session: TIOCSTI/TIOCLINUX cannot reach the caller's tty. */
+	if (setsid() < 0)
+		die(&c, "setsid");
+	if (p->hostname && sethostname(p->hostname, strlen(p->hostname)) < 0)
+		die(&c, "sethostname");
+	setup_root(&c);
+	if (p->loopback && loopback_up() < 0)
+		die(&c, "loopback up");
+	if (chdir(p->cwd) < 0) {
+		int e = errno;
+		die_parts(&c, (const char *[]){"chdir ", p->cwd, NULL}, (const char *[]){NULL}, e);
+	}
+	for (int i = 0; i < p->nrlimits; i++) {
+		const struct ar_rlimit *r = &p->rlimits[i];
+		struct rlimit rl = {.rlim_cur = r->soft, .rlim_max = r->hard};
+		if (setrlimit(r->resource, &rl) < 0) {
+			int e = errno;
+			die_parts(&c, (const char *[]){"rlimits", NULL}, (const char *[]){r->name, NULL}, e);
+		}
+	}
+
+	/* A fresh anonymous session keyring: the one inherited from the
+	 * caller would give the command the caller's keys. */
+	if (syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL, 0, 0, 0) < 0)
+		die(&c, "session keyring");
+
+	sigset_t fwd;
+	sigemptyset(&fwd);
+	sigaddset(&fwd, SIGCHLD);
+	for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
+		sigaddset(&fwd, forwarded[i]);
+	int sfd = signalfd(-1, &fwd, SFD_CLOEXEC);
+	if (sfd < 0)
+		die(&c, "signalfd");
+	int pp[2];
+	if (pipe2(pp, O_CLOEXEC) < 0)
+		die(&c, "start pipe");
+
+	/* fork(3) would run atfork handlers and take glibc locks; a raw
+	 * clone is a plain copy. */
+	pid_t cmd = (pid_t)syscall(SYS_clone, SIGCHLD, 0, NULL, NULL, 0);
+	if (cmd < 0)
+		die(&c, "fork command");
+	if (cmd == 0) {
+		close(pp[0]);
+		close(sfd);
+		run_command(&c, pp[1]);
+	}
+	close(pp[1]);
+	/* Init itself needs no capability from here on. */
+	if (capset_all(0, 0, 0, 0) < 0) {
+		int e = errno;
+		(void)kill(cmd, SIGKILL);
+		die_parts(&c, (const char *[]){"drop privileges", NULL}, (const char *[]){"clear init capability sets", NULL}, e);
+	}
+	struct exec_msg m;
+	do
+		n = read(pp[0], &m, sizeof m);
+	while (n < 0 && errno == EINTR);
+	close(pp[0]);
+	if (n == (ssize_t)sizeof m) {
+		if (m.kind == EXEC_EXITED) {
+			/* Not found or not executable: a normal exit with the
+			 * shell's status, as the Go init reports it. */
+			report_exit(c.sync, m.code, 0);
+			_exit(m.code);
+		}
+		_exit(EXIT_SETUP_FAILED); /* the child reported the error */
+	}
+	if (n != 0) {
+		int e = n < 0 ? errno : EPROTO;
+		(void)kill(cmd, SIGKILL);
+		die_parts(&c, (const char *[]){"start command", NULL}, (const char *[]){NULL}, e);
+	}
+
+	struct out o = {.n = 0};
+	put(&o, "{\"type\":\"started\",\"pid\":");
+	put_int(&o, cmd);
+	put(&o, "}");
+	send_msg(c.sync, &o);
+	init_loop(&c, sfd, cmd);
+}
+
+/* ---- entry points, run in the Go parent ---- */
+
+/* clone_child clones like fork(2) into the given namespaces: no CLONE_VM,
+ * so the child runs on its own copy of this stack, and exit_signal SIGCHLD
+ * so the Go side can wait for it like any child. clone3 is needed for
+ * CLONE_INTO_CGROUP; clone(2) is the fallback where clone3 is filtered. */
+static long clone_child(uint64_t flags, int cgroup_fd)
+{
+	struct clone_args ca = {.flags = flags, .exit_signal = SIGCHLD};
+	if (cgroup_fd >= 0) {
+		ca.flags |= CLONE_INTO_CGROUP;
+		ca.cgroup = (uint64_t)cgroup_fd;
+	}
+	long pid = syscall(SYS_clone3, &ca, sizeof ca);
+	if (pid < 0 && errno == ENOSYS && cgroup_fd < 0)
+		pid = syscall(SYS_clone, (unsigned long)flags | SIGCHLD, 0, NULL, NULL, 0);
+	return pid;
+}
+
+int ar_start(const struct ar_plan *p)
+{
+	uint64_t all = ~0ULL, old;
+	if (p->nfds < 4 || p->nfds > AR_MAX_ENTRIES || p->nmounts > AR_MAX_ENTRIES ||
+	    p->ndevices > AR_MAX_ENTRIES || p->sync_fd < 3 || p->sync_fd >= p->nfds || !p->argv || !p->argv[0])
+		return -EINVAL;
+	/* The child starts with every signal blocked, so no signal can reach a
+	 * Go handler in it before child() has reset them. */
+	if (syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old, sizeof all) < 0)
+		return -errno;
+	long pid = clone_child(p->clone_flags, p->cgroup_fd);
+	if (pid == 0)
+		child(p);
+	int e = errno;
+	(void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, sizeof old);
+	return pid < 0 ? -e : (int)pid;
+}
+
+int ar_userns_holder(int pipe_rd)
+{
+	uint64_t all = ~0ULL, old;
+	if (syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old, sizeof all) < 0)
+		return -errno;
+	long pid = clone_child(CLONE_NEWUSER, -1);
+	if (pid == 0) {
+		char b;
+		/* Signals stay blocked: only SIGKILL ends it, or EOF on the pipe
+		 * when the parent is gone. It must not hold the caller's files. */
+		(void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+		if (pipe_rd > 0)
+			(void)syscall(SYS_close_range, 0U, (unsigned)pipe_rd - 1, 0);
+		(void)syscall(SYS_close_range, (unsigned)pipe_rd + 1, ~0U, 0);
+		while (read(pipe_rd, &b, 1) < 0 && errno == EINTR)
+			;
+		_exit(0);
+	}
+	int e = errno;
+	(void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, sizeof old);
+	return pid < 0 ? -e : (int)pid;
+}
