@@ -1,22 +1,52 @@
 GO ?= go
 BIN := bin/agentrun
 TEST_USER ?= artest
+# Init backends the integration suite runs against: the C init cloned from
+# the parent (default in cgo builds) and the re-exec'd Go init.
+BACKENDS ?= c go
 STATICCHECK_VERSION := v0.8.2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+ROOTLESS_DIR := /tmp/agentrun-rootless-bin
+# Static, so exec stays cheap; cgo for libseccomp and the C init.
+BUILD_FLAGS := -tags netgo,osusergo -ldflags '-linkmode external -extldflags "-static"'
 
-.PHONY: setup build test unit lint clean
+.PHONY: setup build test unit integration integration-rootless lint clean
 
 # Installs build and test dependencies and the unprivileged test user.
 setup:
 	$(SUDO) bash .ci/setup.sh
 
 build:
-	CGO_ENABLED=1 $(GO) build -tags netgo,osusergo -ldflags '-linkmode external -extldflags "-static"' -o $(BIN) ./cmd/agentrun
+	CGO_ENABLED=1 $(GO) build $(BUILD_FLAGS) -o $(BIN) ./cmd/agentrun
 
-test: build lint unit
+# The whole suite: lint, unit tests, and the integration suite against
+# every backend, as the caller and, when the caller is root, as $(TEST_USER).
+test: build lint unit integration
 
 unit:
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 $$($(GO) list ./... | grep -v /integration)
+
+integration: build
+	@for b in $(BACKENDS); do \
+		echo "== integration, backend $$b, as $$(id -un)"; \
+		AGENTRUN_INIT=$$b AGENTRUN_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 ./integration/ || exit 1; \
+	done
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory integration-rootless; \
+	else echo "note: not root, so the root-mode half of the integration suite did not run (sudo make integration)"; fi
+
+# Runs the integration suite as the unprivileged $(TEST_USER) (root only).
+integration-rootless: build
+	rm -rf $(ROOTLESS_DIR) && mkdir -m 755 $(ROOTLESS_DIR)
+	install -m 0755 $(BIN) $(ROOTLESS_DIR)/agentrun
+	CGO_ENABLED=0 $(GO) build -o $(ROOTLESS_DIR)/attacker ./integration/internal/attacker
+	chown -R $(TEST_USER) $(ROOTLESS_DIR)
+	@for b in $(BACKENDS); do \
+		echo "== integration, backend $$b, as $(TEST_USER)"; \
+		AGENTRUN_TEST_USER=$(TEST_USER) AGENTRUN_INIT=$$b AGENTRUN_BIN=$(ROOTLESS_DIR)/agentrun \
+		AGENTRUN_ATTACKER=$(ROOTLESS_DIR)/attacker \
+		$(GO) test -count=1 -exec $(CURDIR)/.ci/as-user ./integration/ || exit 1; \
+	done
+	rm -rf $(ROOTLESS_DIR)
 
 lint:
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }

@@ -14,7 +14,7 @@ TEST_USER=${AGENTRUN_TEST_USER:-artest}
 export DEBIAN_FRONTEND=noninteractive
 pkgs=(
 	build-essential pkg-config libseccomp-dev   # cgo + libseccomp for seccomp/
-	git python3 iproute2 util-linux procps      # tools the sandbox tests run inside
+	git python3 iproute2 util-linux procps sudo # tools the sandbox tests run inside
 	ca-certificates
 )
 missing=()

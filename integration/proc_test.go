@@ -1,0 +1,304 @@
+//go:build linux
+
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestHostProcessesInvisible attacks host processes: seeing them in /proc,
+// signalling them, pidfd_open and ptrace. The host process runs as the same
+// user as the caller, which in rootless mode is the sandbox's own host uid.
+func TestHostProcessesInvisible(t *testing.T) {
+	t.Parallel()
+	ws := newWorkspace(t)
+	marker := token("agentrun-host-proc-")
+	host, done := hostProcess(t, marker)
+	pid := strconv.Itoa(host.Process.Pid)
+
+	mustBlock(t, attack(t, ws, nil, "pidscan", marker), "find the host process in /proc")
+	if r := attack(t, ws, nil, "read", "/proc/"+pid+"/cmdline"); strings.Contains(r.stdout, marker) {
+		t.Errorf("SANDBOX ESCAPE: /proc/%s/cmdline inside shows the host process\n%s", pid, r)
+	}
+	mustBlock(t, attack(t, ws, nil, "kill", pid, "0"), "kill -0 host pid "+pid)
+	mustBlock(t, attack(t, ws, nil, "kill", pid, "9"), "kill -9 host pid "+pid)
+	mustBlock(t, attack(t, ws, nil, "pidfd", pid), "pidfd_open host pid "+pid)
+	mustBlock(t, attack(t, ws, nil, "ptrace", pid), "ptrace host pid "+pid)
+	mustBlock(t, attack(t, ws, nil, "kill", "-1", "9"), "kill(-1, SIGKILL)")
+	r := sh(t, ws, nil, "kill -0 "+pid+" 2>/dev/null && echo VISIBLE; kill -KILL "+pid+" 2>/dev/null && echo KILLED; exit 0")
+	if strings.Contains(r.stdout, "VISIBLE") || strings.Contains(r.stdout, "KILLED") {
+		t.Errorf("SANDBOX ESCAPE: the shell could signal host pid %s\n%s", pid, r)
+	}
+	if !alive(done) {
+		t.Errorf("SANDBOX ESCAPE: the host process %s (%s) was killed from inside the sandbox", pid, marker)
+	}
+
+	// Positive control: pidscan finds processes that are in the sandbox.
+	r = sh(t, ws, nil, "/workspace/attacker sleep 30 & exec /workspace/attacker pidscan 'attacker sleep'")
+	mustSucceed(t, r, "pidscan of a process inside the sandbox")
+	r = sh(t, ws, nil, "sleep 30 & kill -0 $! && kill $! && echo SIGNALLED")
+	if !strings.Contains(r.stdout, "SIGNALLED") {
+		t.Errorf("positive control: the sandbox cannot signal its own child\n%s", r)
+	}
+}
+
+// TestHostIPCInvisible: SysV IPC objects of the host (a world-readable
+// shared memory segment) are not reachable from the sandbox's IPC namespace.
+func TestHostIPCInvisible(t *testing.T) {
+	t.Parallel()
+	ws := newWorkspace(t)
+	secret := token("agentrun-shm-secret-")
+	key := int(time.Now().UnixNano()&0x3fffffff) | 0x40000000
+	id, err := unix.SysvShmGet(key, 4096, unix.IPC_CREAT|unix.IPC_EXCL|0o666)
+	if err != nil {
+		t.Skipf("cannot create a SysV shared memory segment on the host: %v", err)
+	}
+	t.Cleanup(func() { _, _ = unix.SysvShmCtl(id, unix.IPC_RMID, nil) })
+	b, err := unix.SysvShmAttach(id, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(b, secret)
+	_ = unix.SysvShmDetach(b)
+
+	out, _ := exec.Command(attackerBin, "shmget", strconv.Itoa(key)).Output()
+	if !strings.Contains(string(out), secret) {
+		t.Fatalf("control: the attacker cannot read the segment on the host either: %s", out)
+	}
+	r := attack(t, ws, nil, "shmget", strconv.Itoa(key))
+	mustBlock(t, r, "attach the host's SysV shared memory segment")
+	if strings.Contains(r.stdout, secret) {
+		t.Errorf("the host segment's content leaked")
+	}
+}
+
+// TestRuntimeBinaryIntegrity attacks the agentrun binary through /proc (the
+// runc CVE-2019-5736 shape): PID 1 inside is a re-exec of it. The binary
+// under test is a private copy owned by the user running agentrun, so that
+// file permissions alone would allow the write. As root, the rootless
+// variant runs as the unprivileged test user with a copy owned by it.
+func TestRuntimeBinaryIntegrity(t *testing.T) {
+	t.Parallel()
+	type variant struct {
+		name string
+		sys  *syscall.SysProcAttr
+		uid  int
+		gid  int
+	}
+	variants := []variant{{name: fmt.Sprintf("as uid %d", os.Geteuid()), uid: -1, gid: -1}}
+	if isRoot() {
+		if u := testUser(t); u != nil {
+			sys := credential(t, u)
+			variants = append(variants, variant{name: "rootless as " + u.Username, sys: sys, uid: int(sys.Credential.Uid), gid: int(sys.Credential.Gid)})
+		} else {
+			t.Logf("no unprivileged test user ($%s): the rootless variant runs when the suite itself runs unprivileged", envTestUser)
+		}
+	}
+	attacks := []struct {
+		name string
+		sub  []string
+	}{
+		{"open /proc/1/exe for writing", []string{"exe-write", "/proc/1/exe"}},
+		{"open /proc/1/exe read-only", []string{"open", "/proc/1/exe", "r"}},
+		{"open /proc/1/exe O_PATH", []string{"open", "/proc/1/exe", "path"}},
+		{"reopen /proc/1/fd/* for writing", []string{"fd-reopen", "/proc/1/fd"}},
+		{"list /proc/1/map_files", []string{"ls", "/proc/1/map_files"}},
+		{"reopen /proc/1/map_files/* for writing", []string{"fd-reopen", "/proc/1/map_files"}},
+		{"open /proc/1/mem", []string{"open", "/proc/1/mem", "rw"}},
+		{"list /proc/1/root", []string{"ls", "/proc/1/root"}},
+		{"read /proc/1/environ", []string{"read", "/proc/1/environ"}},
+		{"ptrace PID 1", []string{"ptrace", "1"}},
+		{"process_vm_readv PID 1", []string{"vmread", "1"}},
+	}
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			dir := tempDir(t)
+			bin := filepath.Join(dir, "agentrun")
+			copyFile(t, agentrunBin, bin, 0o755)
+			ws := newWorkspace(t)
+			if v.uid >= 0 {
+				chownTree(t, dir, v.uid, v.gid)
+				chownTree(t, ws, v.uid, v.gid)
+			}
+			before := sha256File(t, bin)
+			for _, a := range attacks {
+				r := spawn(t, spawnCfg{ws: ws, bin: bin, sys: v.sys}, append([]string{"/workspace/attacker"}, a.sub...)...)
+				mustBlock(t, r, a.name)
+			}
+			// The shell way, too.
+			r := spawn(t, spawnCfg{ws: ws, bin: bin, sys: v.sys}, "/bin/sh", "-c",
+				"(exec 3>>/proc/1/exe) && echo OPENED-FOR-WRITE; (exec 4<>/proc/1/exe) && echo OPENED-RDWR; cat /proc/1/exe > /workspace/exe-copy && echo COPIED; /proc/1/exe version && echo EXECUTED; exit 0")
+			if strings.Contains(r.stdout, "OPENED") {
+				t.Errorf("SANDBOX ESCAPE: a shell opened /proc/1/exe for writing\n%s", r)
+			}
+			mustExit(t, r, 0, "shell attempts on /proc/1/exe (script must run to its end)")
+			if strings.Contains(r.stdout, "EXECUTED") {
+				t.Errorf("the sandbox could execute PID 1's binary through /proc/1/exe\n%s", r)
+			}
+			if strings.Contains(r.stdout, "COPIED") {
+				t.Errorf("the sandbox could read the runtime binary through /proc/1/exe (first step of CVE-2019-5736)\n%s", r)
+			}
+			if after := sha256File(t, bin); after != before {
+				t.Errorf("SANDBOX ESCAPE: the agentrun binary %s changed: sha256 %s -> %s", bin, before, after)
+			}
+			// Positive control: the copy still works and runs sandboxes.
+			r = spawn(t, spawnCfg{ws: ws, bin: bin, sys: v.sys}, "/bin/true")
+			mustExit(t, r, 0, "the agentrun copy after the attacks")
+		})
+	}
+}
+
+// TestNoOrphansSurvive: nothing started in the sandbox outlives it.
+func TestNoOrphansSurvive(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		script func(m []string) string
+	}{
+		{"setsid, disown and nohup", func(m []string) string {
+			return fmt.Sprintf("setsid sleep %s </dev/null >/dev/null 2>&1 & nohup sleep %s </dev/null >/dev/null 2>&1 & exit 0", m[0], m[1])
+		}},
+		{"double-forked daemon", func(m []string) string {
+			return fmt.Sprintf(`( sh -c 'cd /; setsid sleep %s </dev/null >/dev/null 2>&1 &' & ); ( ( trap "" HUP TERM; exec sleep %s ) </dev/null >/dev/null 2>&1 & ); exit 0`, m[0], m[1])
+		}},
+		{"python daemon", func(m []string) string {
+			return fmt.Sprintf(`python3 -c 'import os,sys,time
+if os.fork(): sys.exit(0)
+os.setsid()
+if os.fork(): sys.exit(0)
+os.closerange(0, 3)
+os.execvp("sleep", ["sleep", "%s"])' & sleep 0.3; setsid sleep %s </dev/null >/dev/null 2>&1 & exit 0`, m[0], m[1])
+		}},
+		{"grandchild in a nested user and pid namespace", func(m []string) string {
+			return fmt.Sprintf("unshare -U -r -p -f sleep %s </dev/null >/dev/null 2>&1 & sleep %s </dev/null >/dev/null 2>&1 & sleep 0.3; exit 0", m[0], m[1])
+		}},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ws := newWorkspace(t)
+			m := []string{fmt.Sprintf("%d.%06d1", 300+2*i, time.Now().UnixNano()%1000000), fmt.Sprintf("%d.%06d2", 301+2*i, time.Now().UnixNano()%1000000)}
+			r := sh(t, ws, nil, tc.script(m))
+			mustExit(t, r, 0, "the launching shell")
+			mustNotSurvive(t, tc.name, m...)
+		})
+	}
+}
+
+// TestKilledRuntimeTakesSandboxDown: SIGKILL to agentrun itself (no chance
+// to clean up) still ends everything in the sandbox.
+func TestKilledRuntimeTakesSandboxDown(t *testing.T) {
+	t.Parallel()
+	ws := newWorkspace(t)
+	m := fmt.Sprintf("333.%06d", time.Now().UnixNano()%1000000)
+	run := startSpawn(t, spawnCfg{ws: ws}, "/bin/sh", "-c", "setsid sleep "+m+" </dev/null >/dev/null 2>&1 & echo started > /workspace/ready; wait")
+	waitForFile(t, filepath.Join(ws, "ready"), 10*time.Second)
+	if len(hostProcsWith(m)) == 0 {
+		t.Fatalf("the sandboxed sleep %s is not visible on the host; the test cannot observe it", m)
+	}
+	if err := syscall.Kill(run.pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	r := run.wait()
+	mustExit(t, r, 128+int(syscall.SIGKILL), "agentrun after SIGKILL")
+	mustNotSurvive(t, "sandbox after agentrun was SIGKILLed", m)
+}
+
+func waitForFile(t *testing.T, p string, guard time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(guard)
+	for !exists(p) {
+		if time.Now().After(deadline) {
+			t.Fatalf("hang guard: %s did not appear within %v", p, guard)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestTimeoutKillsTree: --timeout kills the whole tree, including children
+// that ignore SIGTERM and ones in their own session, and exits 124.
+func TestTimeoutKillsTree(t *testing.T) {
+	t.Parallel()
+	ws := newWorkspace(t)
+	res := filepath.Join(tempDir(t), "result.json")
+	m := []string{fmt.Sprintf("340.%06d", time.Now().UnixNano()%1000000), fmt.Sprintf("341.%06d", time.Now().UnixNano()%1000000), fmt.Sprintf("342.%06d", time.Now().UnixNano()%1000000)}
+	script := fmt.Sprintf(`trap "" TERM INT HUP
+( trap "" TERM INT HUP; exec sleep %s ) &
+setsid sh -c 'trap "" TERM; sleep %s' &
+sh -c 'trap "" TERM; exec sleep %s' </dev/null >/dev/null 2>&1 &
+while :; do sleep 1; done`, m[0], m[1], m[2])
+	r := spawn(t, spawnCfg{ws: ws, flags: []string{"--timeout", "1s", "--result", res}, guard: 10 * time.Second}, "/bin/sh", "-c", script)
+	mustExit(t, r, 124, "--timeout 1s")
+	if r.dur > 10*time.Second {
+		t.Errorf("hang guard: --timeout 1s took %v", r.dur)
+	}
+	mustNotSurvive(t, "timeout", m...)
+	var got map[string]any
+	b, err := os.ReadFile(res)
+	if err != nil {
+		t.Fatalf("--result file: %v", err)
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("--result is not JSON: %v\n%s", err, b)
+	}
+	if got["timed_out"] != true || got["exit_code"] != float64(124) {
+		t.Errorf("--result after a timeout: want timed_out true and exit_code 124, got %s", b)
+	}
+}
+
+// TestSignalsReachCommand: SIGTERM and SIGINT sent to agentrun reach the
+// command, whose handler decides the exit status.
+func TestSignalsReachCommand(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		sig  syscall.Signal
+		name string
+		code int
+	}{
+		{syscall.SIGTERM, "TERM", 42},
+		{syscall.SIGINT, "INT", 43},
+		{syscall.SIGHUP, "HUP", 44},
+		{syscall.SIGUSR1, "USR1", 45},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ws := newWorkspace(t)
+			script := fmt.Sprintf(`trap 'echo got-%s > /workspace/trapped; exit %d' %s
+echo ready > /workspace/ready
+while :; do sleep 0.1; done`, tc.name, tc.code, tc.name)
+			run := startSpawn(t, spawnCfg{ws: ws, guard: 20 * time.Second}, "/bin/sh", "-c", script)
+			waitForFile(t, filepath.Join(ws, "ready"), 10*time.Second)
+			if err := syscall.Kill(run.pid(), tc.sig); err != nil {
+				t.Fatal(err)
+			}
+			r := run.wait()
+			mustExit(t, r, tc.code, "command trapping SIG"+tc.name)
+			b, err := os.ReadFile(filepath.Join(ws, "trapped"))
+			if err != nil || strings.TrimSpace(string(b)) != "got-"+tc.name {
+				t.Errorf("the trap did not run: %q, %v\n%s", b, err, r)
+			}
+		})
+	}
+	t.Run("untrapped TERM kills with 143", func(t *testing.T) {
+		t.Parallel()
+		ws := newWorkspace(t)
+		run := startSpawn(t, spawnCfg{ws: ws, guard: 20 * time.Second}, "/bin/sh", "-c", "echo ready > /workspace/ready; exec sleep 60")
+		waitForFile(t, filepath.Join(ws, "ready"), 10*time.Second)
+		time.Sleep(100 * time.Millisecond) // let exec replace the shell
+		if err := syscall.Kill(run.pid(), syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		mustExit(t, run.wait(), 143, "sleep killed by a forwarded SIGTERM")
+	})
+}
