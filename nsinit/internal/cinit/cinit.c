@@ -53,6 +53,21 @@
 /* Exit status of an init that could not build the sandbox. */
 #define EXIT_SETUP_FAILED 125
 
+/*
+ * The RLIMIT_NOFILE this process started with. Go's runtime raises the soft
+ * limit to hard-1 at start-up and gives the original back to the programs
+ * it executes (syscall/rlimit.go); the C init must do the same for the
+ * command. A constructor runs before the Go runtime initialises, so it sees
+ * the original. Written once, before any Go code runs; read-only after.
+ */
+static struct rlimit start_nofile;
+static int start_nofile_ok;
+
+__attribute__((constructor)) static void record_start_nofile(void)
+{
+	start_nofile_ok = getrlimit(RLIMIT_NOFILE, &start_nofile) == 0;
+}
+
 /* ---- reports: the JSON the Go parent parses, formatted by hand ---- */
 
 struct out {
@@ -892,20 +907,11 @@ static _Noreturn void run_command(struct ctx *c, int pipe_w)
 	/* A new program starts with no blocked signals. */
 	if (syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof none) < 0)
 		command_fail(c, pipe_w, "drop privileges", "unblock signals");
-	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
-		command_fail(c, pipe_w, "drop privileges", "clear ambient capabilities");
-	for (int cap = 0;; cap++) {
-		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0)
-			continue;
-		if (errno == EINVAL)
-			break; /* past the kernel's last capability */
-		command_fail(c, pipe_w, "drop privileges", "drop bounding capability");
-	}
-	if (p->no_new_privs && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-		command_fail(c, pipe_w, "drop privileges", "set no_new_privs");
-	/* The command runs as a uid that is not root in the namespace, so
-	 * execve would clear these sets anyway; clearing them here makes the
-	 * lookup below and the seccomp load run unprivileged as well. */
+	/* Init emptied the ambient and bounding sets and set no_new_privs
+	 * before the fork (drop_privileges). The command runs as a uid that is
+	 * not root in the namespace, so execve would clear the permitted and
+	 * effective sets anyway; clearing them here makes the lookup below and
+	 * the seccomp load run unprivileged as well. */
 	if (capset_all(0, 0, 0, 0) < 0)
 		command_fail(c, pipe_w, "drop privileges", "clear capability sets");
 
@@ -941,6 +947,29 @@ static _Noreturn void run_command(struct ctx *c, int pipe_w)
 	const char *es = errstr(e);
 	say((const char *[]){"agentrun: ", name, ": exec ", path, ": ", es ? es : "exec failed", "\n", NULL});
 	command_exit(pipe_w, e == ENOENT ? 127 : 126);
+}
+
+/* drop_privileges runs in init right before it forks the command, so both
+ * hold the result: no ambient or bounding capability and no_new_privs.
+ * Nothing can be regained through setuid binaries or file capabilities. */
+static void drop_privileges(struct ctx *c)
+{
+	const char *what = NULL;
+	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
+		what = "clear ambient capabilities";
+	for (int cap = 0; !what; cap++) {
+		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0)
+			continue;
+		if (errno == EINVAL)
+			break; /* past the kernel's last capability */
+		what = "drop bounding capability";
+	}
+	if (!what && c->p->no_new_privs && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		what = "set no_new_privs";
+	if (what) {
+		int e = errno;
+		die_parts(c, (const char *[]){"drop privileges", NULL}, (const char *[]){what, NULL}, e);
+	}
 }
 
 /* The signals init passes on to the command. SIGCHLD is for reaping. */
@@ -1101,6 +1130,14 @@ static _Noreturn void child(const struct ar_plan *p)
 		int e = errno;
 		die_parts(&c, (const char *[]){"chdir ", p->cwd, NULL}, (const char *[]){NULL}, e);
 	}
+	/* Undo Go's raise of the soft open-files limit, exactly when Go's own
+	 * exec would: the limit is still what the runtime set. The plan's
+	 * limits below take precedence. */
+	struct rlimit cur;
+	if (start_nofile_ok && start_nofile.rlim_max > 0 && start_nofile.rlim_cur < start_nofile.rlim_max - 1 &&
+	    getrlimit(RLIMIT_NOFILE, &cur) == 0 && cur.rlim_cur == start_nofile.rlim_max - 1 &&
+	    cur.rlim_max == start_nofile.rlim_max && setrlimit(RLIMIT_NOFILE, &start_nofile) < 0)
+		die(&c, "rlimits");
 	for (int i = 0; i < p->nrlimits; i++) {
 		const struct ar_rlimit *r = &p->rlimits[i];
 		struct rlimit rl = {.rlim_cur = r->soft, .rlim_max = r->hard};
@@ -1127,6 +1164,7 @@ static _Noreturn void child(const struct ar_plan *p)
 	if (pipe2(pp, O_CLOEXEC) < 0)
 		die(&c, "start pipe");
 
+	drop_privileges(&c);
 	/* fork(3) would run atfork handlers and take glibc locks; a raw
 	 * clone is a plain copy. */
 	pid_t cmd = (pid_t)syscall(SYS_clone, SIGCHLD, 0, NULL, NULL, 0);
