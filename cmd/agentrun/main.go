@@ -19,6 +19,7 @@ import (
 
 	"github.com/agentrun/agentrun"
 	"github.com/agentrun/agentrun/nsinit"
+	"github.com/agentrun/agentrun/probe"
 )
 
 func main() {
@@ -31,6 +32,7 @@ const usage = `usage: agentrun <command> [flags]
 
 commands:
   spawn    run a command in a fresh sandbox
+  probe    report what this host offers and whether the default policy holds
   version  print the version
 
 run 'agentrun spawn -h' for the spawn flags
@@ -44,6 +46,8 @@ func run(args []string, stderr io.Writer) int {
 	switch args[0] {
 	case "spawn":
 		return spawn(args[1:], stderr)
+	case "probe":
+		return probeCmd(args[1:], os.Stdout, stderr)
 	case "version", "--version":
 		fmt.Println("agentrun", version)
 		return 0
@@ -100,6 +104,31 @@ func spawn(args []string, stderr io.Writer) int {
 	}
 	writeResult(opts, res, stderr)
 	return res.ExitCode
+}
+
+// probeCmd prints the host report (a table, or JSON with --json) and
+// exits non-zero when the default policy cannot be enforced here.
+func probeCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("probe", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	r := probe.Probe()
+	write := r.WriteTable
+	if *asJSON {
+		write = r.WriteJSON
+	}
+	if err := write(stdout); err != nil {
+		fmt.Fprintf(stderr, "agentrun: probe: %v\n", err)
+		return 1
+	}
+	if ok, missing := r.Enforceable(); !ok {
+		fmt.Fprintf(stderr, "agentrun: the default policy cannot be enforced here: %s\n", strings.Join(missing, "; "))
+		return 1
+	}
+	return 0
 }
 
 func writeResult(o *spawnOpts, res *agentrun.Result, stderr io.Writer) {

@@ -98,3 +98,10 @@ func TestRunUnknownCommand(t *testing.T) {
 		t.Errorf("code %d, stderr %q", code, b.String())
 	}
 }
+
+func TestProbeFlags(t *testing.T) {
+	var out, errb strings.Builder
+	if code := probeCmd([]string{"--bogus"}, &out, &errb); code != 2 {
+		t.Errorf("unknown probe flag: code %d", code)
+	}
+}
