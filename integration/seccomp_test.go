@@ -1,0 +1,154 @@
+//go:build linux
+
+package integration
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// result is the --result JSON.
+type result struct {
+	ExitCode   int    `json:"exit_code"`
+	Seccomp    string `json:"seccomp"`
+	Violations []struct {
+		Kind, Name, Detail, Suggestion string
+	} `json:"violations"`
+}
+
+func spawnWithResult(t *testing.T, ws string, flags []string, command ...string) (runResult, result) {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "result.json")
+	r := spawn(t, spawnCfg{ws: ws, flags: append([]string{"--result", out}, flags...)}, command...)
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatalf("no result file: %v\n%s", err, r)
+	}
+	var res result
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("result JSON: %v\n%s", err, b)
+	}
+	return r, res
+}
+
+// TestViolationReports: a denied call becomes exactly one violation entry
+// naming the call, its salient argument and a policy change.
+func TestViolationReports(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, detail string
+		sub          []string
+	}{
+		{"keyctl", "", []string{"keyctl-find", "x"}},
+		{"unshare", "flags=CLONE_NEWUSER", []string{"/usr/bin/unshare", "-U", "true"}},
+		{"fchmodat", "mode=04755", []string{"/bin/sh", "-c", "touch f && chmod 4755 f"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ws := newWorkspace(t)
+			cmd := c.sub
+			if !strings.HasPrefix(cmd[0], "/") {
+				cmd = append([]string{"/workspace/attacker"}, cmd...)
+			}
+			r, res := spawnWithResult(t, ws, []string{"--verbose"}, cmd...)
+			var hits int
+			for _, v := range res.Violations {
+				if v.Kind == "syscall" && v.Name == c.name {
+					hits++
+					if c.detail != "" && v.Detail != c.detail {
+						t.Errorf("detail %q, want %q", v.Detail, c.detail)
+					}
+					if v.Suggestion == "" {
+						t.Errorf("violation without a suggestion: %+v", v)
+					}
+				}
+			}
+			if hits != 1 {
+				t.Fatalf("want one %s violation, got %+v\n%s", c.name, res.Violations, r)
+			}
+			if !strings.Contains(r.stderr, "agentrun: denied "+c.name) {
+				t.Errorf("--verbose must print the denial on stderr\n%s", r)
+			}
+			if res.Seccomp != "default" {
+				t.Errorf("result seccomp %q, want default", res.Seccomp)
+			}
+		})
+	}
+	t.Run("clean run has none", func(t *testing.T) {
+		t.Parallel()
+		r, res := spawnWithResult(t, newWorkspace(t), nil, "/bin/sh", "-c", "echo ok > out")
+		if r.code != 0 || len(res.Violations) != 0 {
+			t.Fatalf("a clean command reported violations: %+v\n%s", res.Violations, r)
+		}
+	})
+}
+
+// TestSeccompProfiles: Docker-format profiles take effect, broken ones are
+// refused with one line, and unconfined is explicit and reported.
+func TestSeccompProfiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	docker := filepath.Join(dir, "docker.json")
+	// Default allow, but mkdir fails with EACCES: visible from a shell.
+	writeFile(t, docker, `{"defaultAction":"SCMP_ACT_ALLOW","architectures":["SCMP_ARCH_X86_64"],
+		"syscalls":[{"names":["mkdir","mkdirat"],"action":"SCMP_ACT_ERRNO","errnoRet":13}]}`, 0o644)
+	broken := filepath.Join(dir, "broken.json")
+	writeFile(t, broken, `{"defaultAction":"SCMP_ACT_FROBNICATE"}`, 0o644)
+
+	t.Run("docker profile applies", func(t *testing.T) {
+		ws := newWorkspace(t)
+		r, res := spawnWithResult(t, ws, []string{"--seccomp-profile", docker}, "/bin/sh", "-c", "mkdir d; echo rc=$?")
+		if !strings.Contains(r.stdout, "rc=1") || !strings.Contains(r.stderr, "Permission denied") {
+			t.Fatalf("mkdir must fail with EACCES under the profile\n%s", r)
+		}
+		if res.Seccomp != "file:"+docker {
+			t.Errorf("result seccomp %q", res.Seccomp)
+		}
+		if _, err := os.Stat(filepath.Join(ws, "d")); err == nil {
+			t.Error("mkdir landed despite the profile")
+		}
+	})
+	t.Run("broken profile refused", func(t *testing.T) {
+		r := spawn(t, spawnCfg{ws: newWorkspace(t), flags: []string{"--seccomp-profile", broken}}, "/bin/true")
+		if r.code != 125 || !strings.Contains(r.stderr, "seccomp") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+			t.Fatalf("want exit 125 and one line naming the profile\n%s", r)
+		}
+	})
+	t.Run("unconfined is reported", func(t *testing.T) {
+		ws := newWorkspace(t)
+		if os.Geteuid() == 0 {
+			// As root a root-owned workspace needs the filter (setuid
+			// files); use one owned by the test user if there is one.
+			chownToTestUser(t, ws)
+		}
+		r, res := spawnWithResult(t, ws, []string{"--seccomp-profile", "unconfined"}, "/bin/sh", "-c", "grep Seccomp: /proc/self/status")
+		if r.code != 0 || !strings.Contains(r.stdout, "Seccomp:\t0") || res.Seccomp != "unconfined" {
+			t.Fatalf("unconfined must run without a filter and say so\n%s\nresult %+v", r, res)
+		}
+	})
+	t.Run("unconfined refused over a root-owned workspace as root", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("root mode only: needs root")
+		}
+		r := spawn(t, spawnCfg{ws: newWorkspace(t), flags: []string{"--seccomp-profile", "unconfined"}}, "/bin/true")
+		if r.code != 125 || !strings.Contains(r.stderr, "setuid") {
+			t.Fatalf("want a refusal naming the setuid risk\n%s", r)
+		}
+	})
+}
+
+// chownToTestUser hands a workspace to the unprivileged test user.
+func chownToTestUser(t *testing.T, dir string) {
+	t.Helper()
+	u := testUser(t)
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if err := os.Chown(dir, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+}
