@@ -26,6 +26,12 @@ const haveCInit = true
 
 // startC is Start with the C init: the same Spec, the same isolation and
 // the same reports, without re-executing the binary.
+//
+// The work is pipelined: the filter compiles on another goroutine from the
+// start, and the child builds its root while the parent places it in its
+// cgroup (a migration on cgroup v1 waits for an RCU grace period) and waits
+// for the filter. The release message then carries the filter; nothing of
+// the command runs before it.
 func startC(cfg *Config) (*Process, error) {
 	spec := cfg.Spec
 	if spec.Process == nil || len(spec.Process.Args) == 0 || spec.Linux == nil {
@@ -36,18 +42,31 @@ func startC(cfg *Config) (*Process, error) {
 		// Root in the namespace would keep its capabilities over execve.
 		return nil, &StepError{Step: "drop privileges", Msg: "refusing to run the command as uid 0 of the sandbox"}
 	}
-	prog, err := compileSeccomp(spec, cfg)
-	if err != nil {
-		return nil, err
+	type compiled struct {
+		prog *seccomp.Program
+		err  error
 	}
+	progCh := make(chan compiled, 1)
+	go func() {
+		prog, err := compileSeccomp(spec, cfg)
+		progCh <- compiled{prog, err}
+	}()
+	// awaitProg is the compiled filter; called exactly once, on every path.
+	awaitProg := func() (*seccomp.Program, error) {
+		c := <-progCh
+		return c.prog, c.err
+	}
+
 	prep, err := prepareMountsWith(spec, cUserns)
 	if err != nil {
+		_, _ = awaitProg()
 		return nil, err
 	}
 	defer prep.close()
 
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
+		_, _ = awaitProg()
 		return nil, &StepError{Step: "sync socket", Msg: err.Error()}
 	}
 	parentSock := os.NewFile(uintptr(fds[0]), "sync-parent")
@@ -57,12 +76,14 @@ func startC(cfg *Config) (*Process, error) {
 	std, err := newStdio(cfg)
 	if err != nil {
 		parentSock.Close()
+		_, _ = awaitProg()
 		return nil, &StepError{Step: "stdio", Msg: err.Error()}
 	}
-	plan, err := buildPlan(spec, prep, std.fds, int(childSock.Fd()), prog)
+	plan, err := buildPlan(spec, prep, std.fds, int(childSock.Fd()))
 	if err != nil {
 		parentSock.Close()
 		std.closeAll()
+		_, _ = awaitProg()
 		return nil, err
 	}
 
@@ -72,27 +93,57 @@ func startC(cfg *Config) (*Process, error) {
 	if err != nil {
 		parentSock.Close()
 		std.closeAll()
+		_, _ = awaitProg()
 		return nil, startError(err, cfg.UsernsBlocker)
+	}
+	// abort ends a child that was started but must not go on.
+	abort := func(e error) (*Process, error) {
+		p.Kill()
+		p.wait()
+		return nil, e
 	}
 	if plan.CloneFlags&unix.CLONE_NEWUSER != 0 {
 		if err := writeIDMaps(p.pid, spec.Linux, os.Geteuid() != 0); err != nil {
+			_, _ = awaitProg()
 			p.Kill()
 			return nil, p.failed("id maps", err)
 		}
 	}
-	if err := p.placeCgroup(cfg.Cgroup); err != nil {
-		p.Kill()
-		p.wait()
-		return nil, err
-	}
-	p.prog, p.onViolation = prog, cfg.OnViolation
-	// One byte: maps written, cgroup placed; the child may go on.
+	// One byte: the maps are written; the child builds the root meanwhile.
 	if _, err := parentSock.Write([]byte{'g'}); err != nil {
+		_, _ = awaitProg()
 		p.Kill()
 		return nil, p.failed("sync", err)
 	}
+	cgErr := p.placeCgroup(cfg.Cgroup)
+	prog, err := awaitProg()
+	switch {
+	case cgErr != nil:
+		// The child may have failed first (and so left no pid to place):
+		// its report names the cause.
+		p.Kill()
+		p.wait()
+		return nil, p.childError(cgErr)
+	case err != nil:
+		return abort(err)
+	}
+	var release []byte
+	if prog != nil {
+		release, err = cinit.Release(prog.Filter, uint32(prog.Flags))
+	} else {
+		release, err = cinit.Release(nil, 0)
+	}
+	if err != nil {
+		return abort(&StepError{Step: "seccomp", Msg: err.Error()})
+	}
+	p.prog, p.onViolation = prog, cfg.OnViolation
+	// A write error means the child is gone; its report says why.
+	_, werr := parentSock.Write(release)
 	r, err := p.readSetup()
 	switch {
+	case err != nil && werr != nil:
+		p.Kill()
+		return nil, p.failed("sync", werr)
 	case err != nil:
 		p.Kill()
 		return nil, p.failed("init", err)
@@ -109,6 +160,15 @@ func startC(cfg *Config) (*Process, error) {
 		return nil, p.failed("sync", fmt.Errorf("unexpected report %q", r.Type))
 	}
 	return p, nil
+}
+
+// childError returns the error the dead child reported, or fallback when
+// it reported none.
+func (p *Process) childError(fallback error) error {
+	if r, err := p.read(); err == nil && r.Type == repError {
+		return &StepError{Step: r.Step, Msg: r.Error}
+	}
+	return fallback
 }
 
 // startCInit clones the init, into its cgroup when clone3 can place it
@@ -166,7 +226,7 @@ func (p *Process) runC(plan *cinit.Plan, std *stdio, started chan<- error) {
 
 // buildPlan flattens the Spec into the C init's plan. Everything the child
 // would have to parse or decide is done here, in the parent.
-func buildPlan(spec *specs.Spec, prep *preparedMounts, stdio [3]int, sock int, prog *seccomp.Program) (*cinit.Plan, error) {
+func buildPlan(spec *specs.Spec, prep *preparedMounts, stdio [3]int, sock int) (*cinit.Plan, error) {
 	proc := spec.Process
 	pl := &cinit.Plan{
 		CgroupFD:     -1,
@@ -187,9 +247,6 @@ func buildPlan(spec *specs.Spec, prep *preparedMounts, stdio [3]int, sock int, p
 		// Unshared by the child once it sits in its cgroup (nsFlag leaves
 		// it out of the clone flags), as the Go init does.
 		UnshareCgroupNS: hasNamespace(spec, specs.CgroupNamespace),
-	}
-	if prog != nil {
-		pl.Seccomp, pl.SeccompFlags = prog.Filter, uint32(prog.Flags)
 	}
 	for _, f := range prep.files {
 		pl.FDs = append(pl.FDs, int(f.Fd()))
@@ -311,11 +368,15 @@ func cUserns(uids, gids []specs.LinuxIDMapping) (int, error) {
 	}
 	defer func() {
 		_ = unix.Kill(pid, unix.SIGKILL)
-		for {
-			if _, err := unix.Wait4(pid, nil, 0, nil); !errors.Is(err, unix.EINTR) {
-				break
+		// Reaped off the spawn's path: its exit tears down a copy of
+		// this process's address space.
+		go func() {
+			for {
+				if _, err := unix.Wait4(pid, nil, 0, nil); !errors.Is(err, unix.EINTR) {
+					return
+				}
 			}
-		}
+		}()
 	}()
 	dir := "/proc/" + strconv.Itoa(pid) + "/"
 	if err := writeProc(dir+"uid_map", formatIDMap(uids)); err != nil {

@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
@@ -29,6 +30,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 
@@ -63,9 +65,50 @@
 static struct rlimit start_nofile;
 static int start_nofile_ok;
 
-__attribute__((constructor)) static void record_start_nofile(void)
+/*
+ * The argument and environment strings of this process, as the kernel laid
+ * them out ([arg_start, arg_end) is what /proc/PID/cmdline shows). The
+ * cloned init is a copy of this process, so without care the sandbox would
+ * read the caller's command line at /proc/1/cmdline; the init overwrites its
+ * copy (hide_cmdline). glibc passes argc, argv and envp to constructors.
+ */
+static char *arg_start, *arg_end, *env_end;
+
+__attribute__((constructor)) static void record_start(int argc, char **argv, char **envp)
 {
 	start_nofile_ok = getrlimit(RLIMIT_NOFILE, &start_nofile) == 0;
+	if (argc <= 0 || !argv || !argv[0])
+		return;
+	/* Only a contiguous layout (the kernel's) can be overwritten safely. */
+	char *end = argv[0];
+	for (int i = 0; i < argc; i++) {
+		if (argv[i] != end)
+			return;
+		end += strlen(argv[i]) + 1;
+	}
+	char *eend = end;
+	for (char **e = envp; e && *e; e++) {
+		if (*e != eend)
+			break;
+		eend += strlen(*e) + 1;
+	}
+	arg_start = argv[0];
+	arg_end = end;
+	env_end = eend;
+}
+
+/* hide_cmdline replaces the init's copy of the caller's arguments and
+ * environment with "agentrun-init" and NULs, and names the task alike. */
+static void hide_cmdline(void)
+{
+	static const char name[] = "agentrun-init";
+	(void)prctl(PR_SET_NAME, name, 0, 0, 0);
+	if (!arg_start)
+		return;
+	size_t n = (size_t)(arg_end - arg_start);
+	memset(arg_start, 0, (size_t)(env_end - arg_start));
+	/* The last byte stays NUL, so the kernel shows exactly this range. */
+	memcpy(arg_start, name, n > sizeof name ? sizeof name : n - 1);
 }
 
 /* ---- reports: the JSON the Go parent parses, formatted by hand ---- */
@@ -212,7 +255,7 @@ static void send_msg(int sock, const struct out *o)
 {
 	/* MSG_NOSIGNAL: a parent that is gone must not kill us with SIGPIPE;
 	 * there is nobody left to tell then. */
-	(void)sendto(sock, o->b, o->n, MSG_NOSIGNAL, NULL, 0);
+	(void)syscall(SYS_sendto, sock, o->b, o->n, MSG_NOSIGNAL, NULL, 0);
 }
 
 /* report_error sends {"type":"error","step":...,"error":...}; step and msg
@@ -331,7 +374,7 @@ static int resolve_in(int rootfd, const char *p, uint64_t flags)
 static const char *split(const char *p, char dir[PATH_MAX])
 {
 	size_t n = strlen(p);
-	if (n >= PATH_MAX) {
+	if (n + 2 > PATH_MAX) { /* room for the extra NUL below */
 		errno = ENAMETOOLONG;
 		return NULL;
 	}
@@ -803,13 +846,20 @@ static int raise_effective(void)
 
 /* ---- the command ---- */
 
-/* Message from the command child to init over a close-on-exec pipe; no
- * message at all (EOF) means execve succeeded. */
+/* How the command child ended before execve, written into init's memory
+ * (the child shares it until execve); kind 0 means execve succeeded. */
 struct exec_msg {
 	int32_t kind; /* EXEC_EXITED: exit with code; EXEC_REPORTED: error sent */
 	int32_t code;
 };
 enum { EXEC_EXITED = 1, EXEC_REPORTED = 2 };
+
+/* What init hands to the command child. */
+struct command_arg {
+	struct ctx *c;
+	const char *path; /* argv[0] resolved */
+	volatile struct exec_msg *m;
+};
 
 static void say(const char *const *parts)
 {
@@ -821,34 +871,33 @@ static void say(const char *const *parts)
 
 /* command_fail reports a failed step of the command child itself, then
  * tells init that it did so. */
-static _Noreturn void command_fail(struct ctx *c, int pipe_w, const char *step, const char *what)
+static _Noreturn void command_fail(const struct command_arg *a, const char *step, const char *what)
 {
 	int e = errno;
-	struct exec_msg m = {.kind = EXEC_REPORTED, .code = EXIT_SETUP_FAILED};
-	report_error(c->sync, (const char *[]){step, NULL}, (const char *[]){what, NULL}, e);
-	(void)write(pipe_w, &m, sizeof m);
+	report_error(a->c->sync, (const char *[]){step, NULL}, (const char *[]){what, NULL}, e);
+	a->m->code = EXIT_SETUP_FAILED;
+	a->m->kind = EXEC_REPORTED;
 	_exit(EXIT_SETUP_FAILED);
 }
 
-static _Noreturn void command_exit(int pipe_w, int code)
+static _Noreturn void command_exit(const struct command_arg *a, int code)
 {
-	struct exec_msg m = {.kind = EXEC_EXITED, .code = code};
-	(void)write(pipe_w, &m, sizeof m);
+	a->m->code = code;
+	a->m->kind = EXEC_EXITED;
 	_exit(code);
 }
 
 /* look_path resolves argv[0] with the command's PATH, inside the new root,
- * like nsinit.lookPath: 0 and the path in out, or the shell-style status
- * (127 not found, 126 not executable). */
-static int look_path(const char *name, const char *path, char out[PATH_MAX])
+ * like nsinit.lookPath: 0 and the path to execute in *found (name itself
+ * when it has a slash, else out), or the shell-style status (127 not found,
+ * 126 not executable). */
+static int look_path(const char *name, const char *path, char out[PATH_MAX], const char **found)
 {
 	size_t nlen = strlen(name);
-	if (strchr(name, '/')) {
-		if (nlen >= PATH_MAX)
-			return 127;
-		memcpy(out, name, nlen + 1);
-		return 0;
-	}
+	*found = name;
+	if (strchr(name, '/'))
+		return 0; /* execve judges it */
+	*found = out;
 	int denied = 0;
 	const char *dir = path;
 	for (;;) {
@@ -894,59 +943,79 @@ static int send_listener(int sock, int fd)
 }
 
 /*
- * run_command is the forked command child: it drops every privilege, loads
- * the seccomp filter and executes the command. Failures before execve are
- * reported by the child itself; init learns the outcome from the pipe.
+ * run_command is the command child: everything is in place (privileges
+ * dropped, filter loaded, path resolved), it only executes the command. It
+ * runs in init's memory (CLONE_VM|CLONE_VFORK, on its own stack) while init
+ * waits: copying the address space, which is a copy of the whole Go parent,
+ * would cost more than everything else here. A failed execve is reported
+ * through the exec_msg.
  */
-static _Noreturn void run_command(struct ctx *c, int pipe_w)
+static int run_command(void *arg)
 {
-	const struct ar_plan *p = c->p;
+	const struct command_arg *a = arg;
+	const struct ar_plan *p = a->c->p;
 	uint64_t none = 0;
-	char path[PATH_MAX];
 
 	/* A new program starts with no blocked signals. */
 	if (syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof none) < 0)
-		command_fail(c, pipe_w, "drop privileges", "unblock signals");
-	/* Init emptied the ambient and bounding sets and set no_new_privs
-	 * before the fork (drop_privileges). The command runs as a uid that is
-	 * not root in the namespace, so execve would clear the permitted and
-	 * effective sets anyway; clearing them here makes the lookup below and
-	 * the seccomp load run unprivileged as well. */
-	if (capset_all(0, 0, 0, 0) < 0)
-		command_fail(c, pipe_w, "drop privileges", "clear capability sets");
-
-	const char *name = p->argv[0];
-	int code = look_path(name, p->path, path);
-	if (code) {
-		say((const char *[]){"agentrun: ", name, code == 126 ? ": permission denied\n" : ": command not found\n", NULL});
-		command_exit(pipe_w, code);
-	}
-
-	if (p->seccomp) {
-		struct sock_fprog prog = {
-			.len = (unsigned short)(p->seccomp_len / sizeof(struct sock_filter)),
-			.filter = (struct sock_filter *)p->seccomp,
-		};
-		unsigned flags = p->seccomp_flags;
-		if ((flags & SECCOMP_FILTER_FLAG_TSYNC) && (flags & SECCOMP_FILTER_FLAG_NEW_LISTENER))
-			flags |= SECCOMP_FILTER_FLAG_TSYNC_ESRCH;
-		long r = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog);
-		if (r < 0)
-			command_fail(c, pipe_w, "seccomp", "load filter");
-		if (flags & SECCOMP_FILTER_FLAG_NEW_LISTENER) {
-			/* Whoever holds the listener decides the notified calls:
-			 * the parent, never the command. */
-			if (send_listener(c->sync, (int)r) < 0)
-				command_fail(c, pipe_w, "seccomp", "send listener");
-			close((int)r);
-		}
-	}
-
-	execve(path, p->argv, p->envp);
+		command_fail(a, "start command", "unblock signals");
+	execve(a->path, p->argv, p->envp);
 	int e = errno;
 	const char *es = errstr(e);
-	say((const char *[]){"agentrun: ", name, ": exec ", path, ": ", es ? es : "exec failed", "\n", NULL});
-	command_exit(pipe_w, e == ENOENT ? 127 : 126);
+	say((const char *[]){"agentrun: ", p->argv[0], ": fork/exec ", a->path, ": ", es ? es : "exec failed", "\n", NULL});
+	command_exit(a, e == ENOENT ? 127 : 126);
+}
+
+/* The release message (cinit.h), received into init's stack. */
+struct release {
+	union {
+		uint32_t flags;
+		char b[AR_RELEASE_MAX];
+	} u;
+	size_t len;
+};
+
+/* await_release blocks until the parent has placed init in its cgroup and
+ * compiled the filter. EOF: the parent gave up. */
+static void await_release(struct ctx *c, struct release *r)
+{
+	ssize_t n;
+	do
+		n = recv(c->sync, r->u.b, sizeof r->u.b, MSG_TRUNC);
+	while (n < 0 && errno == EINTR);
+	if (n == 0)
+		_exit(EXIT_SETUP_FAILED);
+	if (n < 0)
+		die(c, "sync");
+	if ((size_t)n > sizeof r->u.b || n < 4 || (n - 4) % sizeof(struct sock_filter)) {
+		die_parts(c, (const char *[]){"sync", NULL}, (const char *[]){"bad release message", NULL}, EPROTO);
+	}
+	r->len = (size_t)n;
+}
+
+/* load_seccomp installs the released filter on init, which the command
+ * then inherits, and passes the listener, if any, to the parent: whoever
+ * holds it decides the notified calls, never the sandbox. */
+static void load_seccomp(struct ctx *c, const struct release *rel)
+{
+	if (rel->len <= 4)
+		return;
+	struct sock_fprog prog = {
+		.len = (unsigned short)((rel->len - 4) / sizeof(struct sock_filter)),
+		.filter = (struct sock_filter *)(rel->u.b + 4),
+	};
+	unsigned flags = rel->u.flags;
+	if ((flags & SECCOMP_FILTER_FLAG_TSYNC) && (flags & SECCOMP_FILTER_FLAG_NEW_LISTENER))
+		flags |= SECCOMP_FILTER_FLAG_TSYNC_ESRCH;
+	long r = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog);
+	if (r < 0)
+		die_parts(c, (const char *[]){"seccomp", NULL}, (const char *[]){"load filter", NULL}, errno);
+	if (flags & SECCOMP_FILTER_FLAG_NEW_LISTENER) {
+		int e = send_listener(c->sync, (int)r) < 0 ? errno : 0;
+		close((int)r);
+		if (e)
+			die_parts(c, (const char *[]){"seccomp listener", NULL}, (const char *[]){NULL}, e);
+	}
 }
 
 /* drop_privileges runs in init right before it forks the command, so both
@@ -990,29 +1059,38 @@ static void report_exit(int sock, int code, int sig)
 	send_msg(sock, &o);
 }
 
+/* exit_now ends init. After forget_parent, init calls glibc only through
+ * syscall(2): a dynamically linked build may not have resolved a function
+ * it never called before, and the resolver's memory may be gone. */
+static _Noreturn void exit_now(int code)
+{
+	for (;;)
+		(void)syscall(SYS_exit_group, code);
+}
+
 /*
  * init_loop is PID 1 after the command started: it forwards signals, reaps
  * every child and, once the command is gone, reports and exits with the
  * command's status, which takes everything left in the PID namespace down.
  */
-static _Noreturn void init_loop(struct ctx *c, int sfd, pid_t cmd)
+static _Noreturn void init_loop(int sync, int sfd, pid_t cmd)
 {
 	for (;;) {
-		struct pollfd pf[2] = {{.fd = sfd, .events = POLLIN}, {.fd = c->sync, .events = 0}};
-		if (poll(pf, 2, -1) < 0) {
+		struct pollfd pf[2] = {{.fd = sfd, .events = POLLIN}, {.fd = sync, .events = 0}};
+		if (syscall(SYS_ppoll, pf, 2, NULL, NULL, 0) < 0) {
 			if (errno == EINTR)
 				continue;
-			report_exit(c->sync, 255, 0);
-			_exit(255);
+			report_exit(sync, 255, 0);
+			exit_now(255);
 		}
 		/* The parent is gone (its end of the socket closed): nobody is
 		 * left to wait for the sandbox, so it ends now. */
 		if (pf[1].revents & (POLLHUP | POLLERR))
-			_exit(EXIT_SETUP_FAILED);
+			exit_now(EXIT_SETUP_FAILED);
 		if (!(pf[0].revents & POLLIN))
 			continue;
 		struct signalfd_siginfo si[8];
-		ssize_t n = read(sfd, si, sizeof si);
+		long n = syscall(SYS_read, sfd, si, sizeof si);
 		if (n < 0)
 			continue;
 		int reap = 0;
@@ -1020,31 +1098,165 @@ static _Noreturn void init_loop(struct ctx *c, int sfd, pid_t cmd)
 			if (si[i].ssi_signo == SIGCHLD)
 				reap = 1;
 			else
-				(void)kill(cmd, (int)si[i].ssi_signo);
+				(void)syscall(SYS_kill, cmd, (int)si[i].ssi_signo);
 		}
 		if (!reap)
 			continue;
 		for (;;) {
 			int st;
-			pid_t pid = wait4(-1, &st, WNOHANG, NULL);
+			long pid = syscall(SYS_wait4, -1, &st, WNOHANG, NULL);
 			if (pid == 0)
 				break;
 			if (pid < 0) {
 				if (errno == EINTR)
 					continue;
-				report_exit(c->sync, 255, 0);
-				_exit(255);
+				report_exit(sync, 255, 0);
+				exit_now(255);
 			}
 			if (pid != cmd)
 				continue; /* an orphan PID 1 inherited */
 			if (WIFSIGNALED(st)) {
-				report_exit(c->sync, 0, WTERMSIG(st));
-				_exit(128 + WTERMSIG(st));
+				report_exit(sync, 0, WTERMSIG(st));
+				exit_now(128 + WTERMSIG(st));
 			}
-			report_exit(c->sync, WEXITSTATUS(st), 0);
-			_exit(WEXITSTATUS(st));
+			report_exit(sync, WEXITSTATUS(st), 0);
+			exit_now(WEXITSTATUS(st));
 		}
 	}
+}
+
+/* ---- forgetting the parent ---- */
+
+/* Up to this many mappings are unmapped; a Go process has a few dozen. */
+#define TRIM_MAX 1024
+
+struct range {
+	uintptr_t start, end;
+};
+
+static int hexval(char ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	if (ch >= 'a' && ch <= 'f')
+		return ch - 'a' + 10;
+	return -1;
+}
+
+/* parse_hex reads a hex number at *s and advances past it. */
+static uintptr_t parse_hex(const char **s)
+{
+	uintptr_t v = 0;
+	for (int d; (d = hexval(**s)) >= 0; (*s)++)
+		v = v << 4 | (uintptr_t)d;
+	return v;
+}
+
+static int contains(const struct range *r, uintptr_t a)
+{
+	return a >= r->start && a < r->end;
+}
+
+/*
+ * trim_plan reads /proc/self/maps (mapsfd, opened before pivot_root) and
+ * lists the private anonymous mappings init does not use: the Go heap and
+ * stacks and every other thread's memory, which the clone copied. Kept: the
+ * mappings holding this thread's stack, its TLS and this file's statics,
+ * file-backed mappings (code and data of the binary and its libraries), the
+ * anonymous tail of each (.bss), shared ones, and the kernel's [vdso],
+ * [vvar] and friends, [heap] and [stack].
+ */
+static int trim_plan(int mapsfd, struct range *out, int max)
+{
+	char buf[4096 + 512];
+	size_t have = 0;
+	int n = 0, eof = 0;
+	uintptr_t prev_file_end = 0;
+	char here;
+	const uintptr_t keep[] = {(uintptr_t)&here, (uintptr_t)&errno, (uintptr_t)&start_nofile};
+
+	while (!eof || have) {
+		if (!eof && have < sizeof buf - 1) {
+			ssize_t r = read(mapsfd, buf + have, sizeof buf - 1 - have);
+			if (r < 0)
+				return -1;
+			if (r == 0)
+				eof = 1;
+			have += (size_t)r;
+		}
+		char *nl = memchr(buf, '\n', have);
+		if (!nl) {
+			if (eof || have >= sizeof buf - 1)
+				break; /* a truncated or overlong last line */
+			continue;
+		}
+		*nl = 0;
+		/* start-end perms offset dev inode [path] */
+		const char *l = buf;
+		struct range r;
+		r.start = parse_hex(&l);
+		if (*l++ != '-')
+			return -1;
+		r.end = parse_hex(&l);
+		char perms[5] = {0};
+		if (*l++ != ' ')
+			return -1;
+		for (int i = 0; i < 4 && *l && *l != ' '; i++)
+			perms[i] = *l++;
+		/* Skip offset and device, read the inode. */
+		for (int field = 0; field < 2; field++) {
+			while (*l == ' ')
+				l++;
+			while (*l && *l != ' ')
+				l++;
+		}
+		while (*l == ' ')
+			l++;
+		unsigned long inode = 0;
+		for (; *l >= '0' && *l <= '9'; l++)
+			inode = inode * 10 + (unsigned long)(*l - '0');
+		while (*l == ' ')
+			l++;
+		const char *path = l;
+
+		int anon = inode == 0 && (*path == 0 || strncmp(path, "[anon:", 6) == 0);
+		int drop = anon && perms[3] == 'p' && r.start != prev_file_end;
+		for (size_t i = 0; drop && i < sizeof keep / sizeof keep[0]; i++)
+			if (contains(&r, keep[i]))
+				drop = 0;
+		if (inode != 0)
+			prev_file_end = r.end;
+		else if (!drop && anon && r.start == prev_file_end)
+			prev_file_end = 0; /* only the first tail is .bss */
+		if (drop && n < max)
+			out[n++] = r;
+
+		size_t used = (size_t)(nl + 1 - buf);
+		memmove(buf, nl + 1, have - used);
+		have -= used;
+	}
+	return n;
+}
+
+/*
+ * forget_parent runs in init once the command has started, off the spawn's
+ * critical path. Init is a copy of the whole Go parent: unmapping that copy
+ * keeps a long-lived sandbox from pinning a snapshot of the parent's memory
+ * (which would otherwise be duplicated page by page as the parent writes
+ * to it) and leaves nothing of the parent to read even for something that
+ * got past init's non-dumpable protection. It is hardening: a failure
+ * leaves init as it was.
+ */
+static void forget_parent(struct ctx *c, int mapsfd)
+{
+	struct range drop[TRIM_MAX];
+	int n = mapsfd >= 0 ? trim_plan(mapsfd, drop, TRIM_MAX) : 0;
+	if (mapsfd >= 0)
+		close(mapsfd);
+	/* The plan lives in the Go heap: nothing may touch it from here on. */
+	c->p = NULL;
+	for (int i = 0; i < n; i++)
+		(void)munmap((void *)drop[i].start, drop[i].end - drop[i].start);
 }
 
 /* ---- the init child ---- */
@@ -1081,6 +1293,7 @@ static _Noreturn void child(const struct ar_plan *p)
 	if (arrange_fds(p) < 0)
 		die(&c, "close inherited fds");
 	c.sync = p->sync_fd;
+	hide_cmdline();
 
 	/* Wait until the parent has written the id maps. EOF: it gave up. */
 	ssize_t n;
@@ -1109,10 +1322,6 @@ static _Noreturn void child(const struct ar_plan *p)
 		die(&c, "parent death signal");
 	if (parent_gone(&c))
 		_exit(EXIT_SETUP_FAILED);
-	/* The parent placed us in the sandbox's cgroup before releasing us,
-	 * so the new cgroup namespace is rooted there. */
-	if (p->unshare_cgroupns && syscall(SYS_unshare, CLONE_NEWCGROUP) < 0)
-		die(&c, "cgroup namespace");
 	/* Non-dumpable: nothing in the sandbox may ptrace PID 1 or open its
 	 * /proc entries, /proc/1/exe (the agentrun binary) included. Set after
 	 * the credential change, which resets it. */
@@ -1123,6 +1332,9 @@ static _Noreturn void child(const struct ar_plan *p)
 		die(&c, "setsid");
 	if (p->hostname && sethostname(p->hostname, strlen(p->hostname)) < 0)
 		die(&c, "sethostname");
+	/* Opened on the host's /proc, which is certain to exist, and read once
+	 * the command runs (forget_parent). */
+	int mapsfd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
 	setup_root(&c);
 	if (p->loopback && loopback_up() < 0)
 		die(&c, "loopback up");
@@ -1160,54 +1372,63 @@ static _Noreturn void child(const struct ar_plan *p)
 	int sfd = signalfd(-1, &fwd, SFD_CLOEXEC);
 	if (sfd < 0)
 		die(&c, "signalfd");
-	int pp[2];
-	if (pipe2(pp, O_CLOEXEC) < 0)
-		die(&c, "start pipe");
 
+	/* Everything so far ran while the parent placed init in its cgroup and
+	 * compiled the filter; nothing of the command runs before both. */
+	struct release rel;
+	await_release(&c, &rel);
+	/* In the sandbox's cgroup now, so the new cgroup namespace is rooted
+	 * there. */
+	if (p->unshare_cgroupns && syscall(SYS_unshare, CLONE_NEWCGROUP) < 0)
+		die(&c, "cgroup namespace");
 	drop_privileges(&c);
-	/* fork(3) would run atfork handlers and take glibc locks; a raw
-	 * clone is a plain copy. */
-	pid_t cmd = (pid_t)syscall(SYS_clone, SIGCHLD, 0, NULL, NULL, 0);
+	/* The command runs as a uid that is not root in the namespace, so
+	 * execve would clear the permitted and effective sets anyway; clearing
+	 * them here makes the lookup and the filter load run unprivileged, and
+	 * init needs no capability from here on. */
+	if (capset_all(0, 0, 0, 0) < 0)
+		die_parts(&c, (const char *[]){"drop privileges", NULL}, (const char *[]){"clear capability sets", NULL}, errno);
+
+	char buf[PATH_MAX];
+	const char *name = p->argv[0], *path;
+	int code = look_path(name, p->path, buf, &path);
+	if (code) {
+		/* Not found or not executable: a normal exit with the shell's
+		 * status, as the Go init reports it. */
+		say((const char *[]){"agentrun: ", name, code == 126 ? ": permission denied\n" : ": command not found\n", NULL});
+		report_exit(c.sync, code, 0);
+		_exit(code);
+	}
+	/* Last: from here on init, and the command it starts, run under the
+	 * filter, as the Go init's thread does. */
+	load_seccomp(&c, &rel);
+
+	/* The command child's stack: init is suspended while the child uses it
+	 * (CLONE_VFORK), so a buffer in this frame is safe. glibc's clone(3)
+	 * switches stacks correctly; no fork(3), whose atfork handlers take
+	 * locks. */
+	enum { cmd_stack_size = 64 * 1024 };
+	_Alignas(64) char cmd_stack[cmd_stack_size];
+	volatile struct exec_msg m = {0};
+	struct command_arg arg = {.c = &c, .path = path, .m = &m};
+	pid_t cmd = clone(run_command, cmd_stack + cmd_stack_size, CLONE_VM | CLONE_VFORK | SIGCHLD, &arg);
 	if (cmd < 0)
 		die(&c, "fork command");
-	if (cmd == 0) {
-		close(pp[0]);
-		close(sfd);
-		run_command(&c, pp[1]);
+	if (m.kind == EXEC_EXITED) {
+		/* execve failed: 127 or 126, as the Go init reports it. */
+		report_exit(c.sync, m.code, 0);
+		_exit(m.code);
 	}
-	close(pp[1]);
-	/* Init itself needs no capability from here on. */
-	if (capset_all(0, 0, 0, 0) < 0) {
-		int e = errno;
-		(void)kill(cmd, SIGKILL);
-		die_parts(&c, (const char *[]){"drop privileges", NULL}, (const char *[]){"clear init capability sets", NULL}, e);
-	}
-	struct exec_msg m;
-	do
-		n = read(pp[0], &m, sizeof m);
-	while (n < 0 && errno == EINTR);
-	close(pp[0]);
-	if (n == (ssize_t)sizeof m) {
-		if (m.kind == EXEC_EXITED) {
-			/* Not found or not executable: a normal exit with the
-			 * shell's status, as the Go init reports it. */
-			report_exit(c.sync, m.code, 0);
-			_exit(m.code);
-		}
+	if (m.kind == EXEC_REPORTED)
 		_exit(EXIT_SETUP_FAILED); /* the child reported the error */
-	}
-	if (n != 0) {
-		int e = n < 0 ? errno : EPROTO;
-		(void)kill(cmd, SIGKILL);
-		die_parts(&c, (const char *[]){"start command", NULL}, (const char *[]){NULL}, e);
-	}
 
 	struct out o = {.n = 0};
 	put(&o, "{\"type\":\"started\",\"pid\":");
 	put_int(&o, cmd);
 	put(&o, "}");
 	send_msg(c.sync, &o);
-	init_loop(&c, sfd, cmd);
+	forget_parent(&c, mapsfd);
+	init_loop(c.sync, sfd, cmd);
 }
 
 /* ---- entry points, run in the Go parent ---- */

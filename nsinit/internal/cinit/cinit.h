@@ -86,10 +86,6 @@ struct ar_plan {
 	char *const *envp; /* NULL-terminated */
 	const char *path;  /* PATH for the command lookup ("" when unset) */
 	int no_new_privs;
-
-	const void *seccomp;    /* struct sock_filter[], NULL: none */
-	uint32_t seccomp_len;   /* in bytes */
-	uint32_t seccomp_flags; /* SECCOMP_FILTER_FLAG_* */
 };
 
 /* The most fds, mounts, devices... a plan may carry: the child keeps
@@ -97,10 +93,21 @@ struct ar_plan {
 #define AR_MAX_ENTRIES 4096
 
 /*
+ * The release message: the parent's second message, sent once the init is
+ * in its cgroup and the filter is compiled. A 4-byte SECCOMP_FILTER_FLAG_*
+ * word in host byte order, then the filter (struct sock_filter[], possibly
+ * empty: no filter).
+ */
+#define AR_RELEASE_MAX (4 + 4096 * 8)
+
+/*
  * ar_start clones the sandbox init. The child blocks on the sync socket
- * until the parent has written its id maps and sent one byte. Returns the
- * child's pid or -errno. Call it on a thread that stays alive (locked) until
- * the child is reaped: the parent death signal follows the thread.
+ * until the parent has written its id maps and sent one byte; it then builds
+ * the root and drops its privileges while the parent places it in its
+ * cgroup and compiles the filter, and blocks again for the release message
+ * before anything of the command runs. Returns the child's pid or -errno.
+ * Call it on a thread that stays alive (locked) until the child is reaped:
+ * the parent death signal follows the thread.
  */
 int ar_start(const struct ar_plan *plan);
 

@@ -9,6 +9,7 @@ package cinit
 import "C"
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"runtime"
@@ -106,15 +107,13 @@ type Plan struct {
 	// Path is the command's PATH for looking up Argv[0].
 	Path       string
 	NoNewPrivs bool
-
-	// Seccomp is a BPF program (struct sock_filter[]) loaded right before
-	// the command's execve, with SeccompFlags (SECCOMP_FILTER_FLAG_*).
-	Seccomp      []byte
-	SeccompFlags uint32
 }
 
-// Start clones the init that executes p and returns its pid. The child
-// waits on the sync socket for one byte, sent once its id maps are written.
+// Start clones the init that executes p and returns its pid. The sync
+// protocol has two steps before the reports: one byte once the parent has
+// written the id maps (the child then builds the root), and the release
+// message (Release) once the init sits in its cgroup and the filter is
+// compiled (the child then loads it and starts the command).
 //
 // Call Start on a goroutine locked to its OS thread that stays locked until
 // the child has been reaped: the child's parent death signal fires when the
@@ -132,6 +131,18 @@ func Start(p *Plan) (int, error) {
 		return 0, unix.Errno(-r)
 	}
 	return int(r), nil
+}
+
+// Release is the message that lets the init start the command: the
+// seccomp filter (struct sock_filter[], empty for none) and its
+// SECCOMP_FILTER_FLAG_* flags.
+func Release(filter []byte, flags uint32) ([]byte, error) {
+	if len(filter)%8 != 0 || 4+len(filter) > C.AR_RELEASE_MAX {
+		return nil, fmt.Errorf("cinit: seccomp program of %d bytes is not a sock_filter array of at most 4096 instructions", len(filter))
+	}
+	msg := make([]byte, 4, 4+len(filter))
+	binary.NativeEndian.PutUint32(msg, flags)
+	return append(msg, filter...), nil
 }
 
 // UsernsHolder clones a child into a new user namespace that blocks reading
@@ -153,8 +164,6 @@ func (p *Plan) validate() error {
 		return errors.New("cinit: fds must hold stdio and the sync socket")
 	case len(p.FDs) > MaxEntries || len(p.Mounts) > MaxEntries || len(p.Devices) > MaxEntries:
 		return fmt.Errorf("cinit: more than %d fds, mounts or devices", MaxEntries)
-	case len(p.Seccomp)%8 != 0 || len(p.Seccomp)/8 > 0xffff:
-		return fmt.Errorf("cinit: seccomp program of %d bytes is not a sock_filter array", len(p.Seccomp))
 	}
 	strs := []string{p.Hostname, p.Cwd, p.Path}
 	strs = append(strs, p.Argv...)
@@ -284,12 +293,6 @@ func (b *builder) plan(p *Plan) *C.struct_ar_plan {
 		}
 		b.pin.Pin(&rs[0])
 		cp.rlimits, cp.nrlimits = &rs[0], C.int(len(rs))
-	}
-	if len(p.Seccomp) > 0 {
-		b.pin.Pin(&p.Seccomp[0])
-		cp.seccomp = unsafe.Pointer(&p.Seccomp[0])
-		cp.seccomp_len = C.uint32_t(len(p.Seccomp))
-		cp.seccomp_flags = C.uint32_t(p.SeccompFlags)
 	}
 	return cp
 }
