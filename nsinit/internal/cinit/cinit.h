@@ -103,9 +103,9 @@ struct ar_plan {
 /*
  * ar_start clones the sandbox init. The child blocks on the sync socket
  * until the parent has written its id maps and sent one byte; it then builds
- * the root and drops its privileges while the parent places it in its
- * cgroup and compiles the filter, and blocks again for the release message
- * before anything of the command runs. Returns the child's pid or -errno.
+ * the root while the parent places it in its cgroup and compiles the
+ * filter, and blocks again for the release message before it drops its
+ * privileges and starts the command. Returns the child's pid or -errno.
  * Call it on a thread that stays alive (locked) until the child is reaped:
  * the parent death signal follows the thread.
  */
