@@ -27,8 +27,10 @@ type Options struct {
 	// OnViolation, when set, is called as soon as a policy violation is
 	// seen (e.g. to print it); all of them also land in Result.Violations.
 	OnViolation func(Violation)
-	// SeccompCache lets repeated runs share compiled filters. Optional.
-	SeccompCache *seccomp.Cache
+	// SeccompCache compiles seccomp profiles. The default is a cache on
+	// disk in agentrun's private state directory, shared by all processes
+	// of the caller; pass a *seccomp.Cache to keep it in memory instead.
+	SeccompCache seccomp.Compiler
 }
 
 // Violation is a policy violation observed during a run.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentrun/agentrun/cgroups"
+	"github.com/agentrun/agentrun/internal/statedir"
 	"github.com/agentrun/agentrun/nsinit"
 	"github.com/agentrun/agentrun/probe"
 	"github.com/agentrun/agentrun/seccomp"
@@ -110,6 +111,9 @@ func RunSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 	cg, err := sandboxCgroup(spec)
 	if err != nil {
 		return nil, &SetupError{Step: "cgroups", Err: err}
+	}
+	if opts.SeccompCache == nil {
+		opts.SeccompCache = &seccomp.DiskCache{Dir: filepath.Join(statedir.Root(os.Geteuid()), "seccomp")}
 	}
 	cfg := &nsinit.Config{
 		Spec: spec, Stdin: opts.Stdin, Stdout: opts.Stdout, Stderr: opts.Stderr,

@@ -680,29 +680,6 @@ func TestSweepRefusesForeignPaths(t *testing.T) {
 	}
 }
 
-func TestPrivateStateDir(t *testing.T) {
-	d := t.TempDir()
-	if err := os.Chmod(d, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := privateDir(d, os.Geteuid()); err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(d, 0o775)
-	if err := privateDir(d, os.Geteuid()); err == nil {
-		t.Fatal("0775 accepted")
-	}
-	os.Chmod(d, 0o700)
-	if err := privateDir(d, os.Geteuid()+1); err == nil {
-		t.Fatal("foreign owner accepted")
-	}
-	link := filepath.Join(t.TempDir(), "link")
-	os.Symlink(d, link)
-	if err := privateDir(link, os.Geteuid()); err == nil {
-		t.Fatal("symlink accepted")
-	}
-}
-
 func TestV2BaseSkipsCallerLeaf(t *testing.T) {
 	m := &Manager{euid: 1000, lay: layout{v2: &hierarchy{mount: "/sys/fs/cgroup", caller: "/sys/fs/cgroup/user-1000/agentrun-caller"}}}
 	if b, err := m.v2Base(); err != nil || b != "/sys/fs/cgroup/user-1000" {

@@ -9,11 +9,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/agentrun/agentrun/internal/statedir"
 )
 
 // record is the state kept per live cgroup so that a later runtime can
@@ -31,50 +30,14 @@ type record struct {
 
 // defaultStateDir picks the record directory for euid (see Options).
 func defaultStateDir(euid int) string {
-	if euid == 0 {
-		return "/run/agentrun/cgroups"
-	}
-	if x := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(x) && privateDir(x, euid) == nil {
-		return filepath.Join(x, "agentrun", "cgroups")
-	}
-	return filepath.Join(os.TempDir(), "agentrun-"+strconv.Itoa(euid), "cgroups")
+	return filepath.Join(statedir.Root(euid), "cgroups")
 }
 
-// privateDir checks that dir is a real directory (not a symlink) owned by
-// uid that nobody else can write: in a shared /tmp anyone could have
-// created it first, and records there steer what Sweep kills and removes.
-// (Directories agentrun creates are 0700; reading is not the risk.)
-func privateDir(dir string, uid int) error {
-	var st unix.Stat_t
-	if err := unix.Lstat(dir, &st); err != nil {
-		return &fs.PathError{Op: "lstat", Path: dir, Err: err}
-	}
-	switch {
-	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
-		return fmt.Errorf("cgroups: state directory %s is not a directory", dir)
-	case int(st.Uid) != uid:
-		return fmt.Errorf("cgroups: refusing state directory %s: owned by uid %d, not %d", dir, st.Uid, uid)
-	case st.Mode&0o022 != 0:
-		return fmt.Errorf("cgroups: refusing state directory %s: mode %#o lets other users write it (want 0700)", dir, st.Mode&0o777)
-	}
-	return nil
-}
-
-// ensureStateDir creates the state directory (and, for the /tmp fallback,
-// its private parent) and verifies ownership.
+// ensureStateDir creates the state directory private to the caller:
+// records there steer what Sweep kills and removes.
 func (m *Manager) ensureStateDir() error {
-	dir := m.stateDir
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := statedir.Ensure(m.stateDir, m.euid); err != nil {
 		return fmt.Errorf("cgroups: state directory: %w", err)
-	}
-	if err := privateDir(dir, m.euid); err != nil {
-		return err
-	}
-	// The /tmp fallback: its agentrun-$UID parent must be private too.
-	if p := filepath.Dir(dir); strings.HasPrefix(filepath.Base(p), "agentrun-") {
-		if err := privateDir(p, m.euid); err != nil {
-			return err
-		}
 	}
 	return nil
 }
@@ -123,7 +86,7 @@ func (m *Manager) Sweep() (removed int, err error) {
 	if len(ents) == 0 {
 		return 0, nil
 	}
-	if err := privateDir(m.stateDir, m.euid); err != nil {
+	if err := statedir.Private(m.stateDir, m.euid); err != nil {
 		return 0, fmt.Errorf("cgroups: sweep: %w", err)
 	}
 	var errs []error

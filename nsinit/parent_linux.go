@@ -35,7 +35,7 @@ type Config struct {
 	Cgroup *CgroupPlacement
 	// SeccompCache compiles Spec.Linux.Seccomp; reuse one across spawns so
 	// the same profile is compiled once. Nil compiles every time.
-	SeccompCache *seccomp.Cache
+	SeccompCache seccomp.Compiler
 	// OnViolation, when set, turns the profile's denials into reports:
 	// denied calls go to a user-notification listener in this process,
 	// which answers EPERM and calls OnViolation once per distinct call.

@@ -286,3 +286,11 @@ func exportBPF(f *libseccomp.ScmpFilter) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// compilerID names what a compiled program depends on besides the profile:
+// the libseccomp version and the native architecture.
+func compilerID() string {
+	maj, min, micro := libseccomp.GetLibraryVersion()
+	arch, _ := libseccomp.GetNativeArch()
+	return fmt.Sprintf("libseccomp%d.%d.%d-%s", maj, min, micro, arch)
+}

@@ -10,3 +10,5 @@ func compileHashed(p *specs.LinuxSeccomp, h Hash) (*Program, error) {
 	}
 	return nil, ErrUnsupported
 }
+
+func compilerID() string { return "" }

@@ -1,0 +1,71 @@
+// Package statedir owns the location of agentrun's per-user runtime state
+// (cgroup records, compiled seccomp programs) and the checks that make it
+// safe to trust: a real directory, owned by the caller, writable by no one
+// else.
+package statedir
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// Root is agentrun's state root for euid: /run/agentrun for root,
+// $XDG_RUNTIME_DIR/agentrun when that is a private directory, else
+// $TMPDIR/agentrun-UID.
+func Root(euid int) string {
+	if euid == 0 {
+		return "/run/agentrun"
+	}
+	if x := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(x) && Private(x, euid) == nil {
+		return filepath.Join(x, "agentrun")
+	}
+	return filepath.Join(os.TempDir(), "agentrun-"+strconv.Itoa(euid))
+}
+
+// Ensure creates dir (mode 0700, parents included) and checks that it and
+// its parent inside the state root are private to euid. In a shared /tmp
+// anyone could have created the directory first; what agentrun reads from
+// there steers what it kills or which filter it loads.
+func Ensure(dir string, euid int) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("statedir: %w", err)
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if err := Private(d, euid); err != nil {
+			return err
+		}
+		if d == Root(euid) || filepath.Dir(d) == d || !within(d, Root(euid)) {
+			return nil
+		}
+	}
+}
+
+func within(p, root string) bool {
+	rel, err := filepath.Rel(root, p)
+	return err == nil && rel != ".." && !filepath.IsAbs(rel) && (len(rel) < 3 || rel[:3] != "../")
+}
+
+// ErrNotPrivate marks a state path that others could have written.
+var ErrNotPrivate = errors.New("not private to the caller")
+
+// Private checks that path is not a symlink, is owned by uid and is not
+// writable by group or others.
+func Private(path string, uid int) error {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return fmt.Errorf("statedir: %w", err)
+	}
+	owner, ok := ownerOf(fi)
+	switch {
+	case fi.Mode()&os.ModeSymlink != 0:
+		return fmt.Errorf("statedir: %s is a symlink: %w", path, ErrNotPrivate)
+	case !ok || owner != uid:
+		return fmt.Errorf("statedir: %s is owned by uid %d, not %d: %w", path, owner, uid, ErrNotPrivate)
+	case fi.Mode().Perm()&0o022 != 0:
+		return fmt.Errorf("statedir: %s has mode %#o, writable by others: %w", path, fi.Mode().Perm(), ErrNotPrivate)
+	}
+	return nil
+}
