@@ -10,7 +10,7 @@ ROOTLESS_DIR := /tmp/agentrun-rootless-bin
 # Static, so exec stays cheap; cgo for libseccomp and the C init.
 BUILD_FLAGS := -tags netgo,osusergo -ldflags '-linkmode external -extldflags "-static"'
 
-.PHONY: setup build test unit integration integration-rootless lint clean
+.PHONY: setup build test unit integration integration-rootless lint clean bench bench-quick bench-deps
 
 # Installs build and test dependencies and the unprivileged test user.
 setup:
@@ -54,6 +54,17 @@ lint:
 	GOOS=darwin $(GO) build ./...
 	GOOS=darwin $(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+# Side-by-side spawn latency against fork+exec, unshare, bwrap and runc
+# (interleaved rounds, ratios, chart in bench/results/). Not a test.
+bench-deps:
+	$(SUDO) bash bench/deps.sh
+
+bench: build
+	$(GO) run ./bench/cmd/spawnbench -agentrun $(CURDIR)/$(BIN) $(BENCHFLAGS)
+
+bench-quick: build
+	$(GO) run ./bench/cmd/spawnbench -quick -agentrun $(CURDIR)/$(BIN) $(BENCHFLAGS)
 
 clean:
 	rm -rf bin

@@ -1,0 +1,309 @@
+//go:build linux
+
+// Package spawn defines the benchmark's contenders (bare fork+exec, unshare,
+// bubblewrap, runc, agentrun's CLI and, later, its Go API) and measures them:
+// interleaved single spawns for latency, and concurrent batches for scaling.
+package spawn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/agentrun/agentrun/bench/internal/report"
+)
+
+// Contender names, in display order. They are the values -only accepts.
+const (
+	ForkExec     = "fork+exec"
+	Unshare      = "unshare"
+	Bwrap        = "bwrap"
+	Runc         = "runc"
+	RuncRootless = "runc-rootless"
+	AgentrunNone = "agentrun-none"
+	AgentrunHost = "agentrun-host"
+	AgentrunAPI  = "agentrun-api"
+)
+
+// Names lists every contender in display order.
+func Names() []string {
+	return []string{ForkExec, Unshare, Bwrap, Runc, RuncRootless, AgentrunNone, AgentrunHost, AgentrunAPI}
+}
+
+// Contender is one way of starting /bin/true in a sandbox (or without one,
+// for the floor). Exactly one of argv and inProc is set when it is runnable.
+type Contender struct {
+	Name    string
+	Label   string
+	Status  report.Status
+	Reason  string
+	Dir     string
+	Env     []string
+	Cred    *syscall.Credential // run the tool as another user (rootless runc)
+	Command string              // argv as shown in the report
+
+	// argv returns the command for the seq-th run; runc needs a fresh
+	// container id each time, the others ignore seq.
+	argv func(seq uint64) []string
+	// inProc, when set, is timed instead of a child process.
+	inProc func(ctx context.Context) error
+	seq    atomic.Uint64
+}
+
+// Runnable reports whether the contender can be measured.
+func (c *Contender) Runnable() bool { return c.Status == report.StatusOK }
+
+// Options configure Build.
+type Options struct {
+	// Agentrun is the path of the agentrun binary (bin/agentrun).
+	Agentrun string
+	// Only, when non-empty, restricts Build to these names.
+	Only []string
+}
+
+// Set is the built contenders plus what must be undone afterwards.
+type Set struct {
+	Contenders []*Contender
+	Notes      []string
+	tmp        string
+	cgroupDirs []string
+}
+
+// ScratchDir is the set's temporary directory, for short-lived files.
+func (s *Set) ScratchDir() string { return s.tmp }
+
+// Close removes the temporary directory and the cgroups created for runc.
+func (s *Set) Close() error {
+	var errs []error
+	for _, d := range s.cgroupDirs {
+		if err := removeCgroupTree(d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.tmp != "" {
+		if err := os.RemoveAll(s.tmp); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s: %w", s.tmp, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateOnly checks -only names against the known contenders.
+func ValidateOnly(only []string) error {
+	known := map[string]bool{}
+	for _, n := range Names() {
+		known[n] = true
+	}
+	for _, n := range only {
+		if !known[n] {
+			return fmt.Errorf("unknown contender %q (known: %s)", n, strings.Join(Names(), ", "))
+		}
+	}
+	return nil
+}
+
+func selected(only []string, name string) bool {
+	if len(only) == 0 {
+		return true
+	}
+	for _, n := range only {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Build prepares every selected contender: it finds the tools, creates the
+// shared workspace and the runc bundles, and marks what is missing. It only
+// fails for problems of the driver itself (no temp dir); a contender that
+// cannot be prepared is returned with a non-ok status and the reason.
+func Build(ctx context.Context, opt Options) (*Set, error) {
+	if err := ValidateOnly(opt.Only); err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp("", "spawnbench-")
+	if err != nil {
+		return nil, fmt.Errorf("create temp dir: %w", err)
+	}
+	set := &Set{tmp: tmp}
+	// The rootless runc contender runs as another user and must traverse it.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		set.Close()
+		return nil, fmt.Errorf("chmod temp dir: %w", err)
+	}
+	ws := filepath.Join(tmp, "workspace")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		set.Close()
+		return nil, fmt.Errorf("create workspace: %w", err)
+	}
+	env := os.Environ()
+
+	add := func(c *Contender) {
+		if !selected(opt.Only, c.Name) {
+			return
+		}
+		if c.Dir == "" {
+			c.Dir = ws
+		}
+		if c.Env == nil {
+			c.Env = env
+		}
+		if c.Status == "" {
+			c.Status = report.StatusOK
+		}
+		set.Contenders = append(set.Contenders, c)
+	}
+
+	add(fixedArgv(&Contender{Name: ForkExec, Label: "bare fork+exec of /bin/true from the driver (os/exec): the floor"},
+		"/bin/true"))
+	add(tool(&Contender{Name: Unshare, Label: "util-linux unshare with user (root-mapped), mount, PID (+fork), net, UTS and IPC namespaces"},
+		"unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork", "--net", "--uts", "--ipc", "/bin/true"))
+	add(tool(&Contender{Name: Bwrap, Label: "bubblewrap with isolation equivalent to agentrun's default"},
+		"bwrap", BwrapArgs(ws, fileExists)...))
+
+	if selected(opt.Only, Runc) {
+		add(buildRunc(ctx, set, tmp, false))
+	}
+	if selected(opt.Only, RuncRootless) {
+		add(buildRunc(ctx, set, tmp, true))
+	}
+
+	add(agentrunCLI(AgentrunNone, opt.Agentrun, "none"))
+	add(agentrunCLI(AgentrunHost, opt.Agentrun, "host"))
+	add(inProcessAgentrun(ws))
+	// Show commands without the random temp path, so reports diff cleanly.
+	for _, c := range set.Contenders {
+		c.Command = strings.ReplaceAll(c.Command, tmp, "$BENCH_TMP")
+	}
+	return set, nil
+}
+
+func fixedArgv(c *Contender, argv ...string) *Contender {
+	c.argv = func(uint64) []string { return argv }
+	c.Command = strings.Join(argv, " ")
+	return c
+}
+
+// tool resolves name on PATH; a tool that is not installed makes the
+// contender "missing" instead of dropping it.
+func tool(c *Contender, name string, args ...string) *Contender {
+	path, err := exec.LookPath(name)
+	if err != nil {
+		c.Status, c.Reason = report.StatusMissing, fmt.Sprintf("%s not installed (run `make bench-deps`)", name)
+		c.Command = strings.Join(append([]string{name}, args...), " ")
+		return c
+	}
+	return fixedArgv(c, append([]string{path}, args...)...)
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// BwrapArgs builds bubblewrap's arguments for isolation equivalent to
+// agentrun's default policy: every namespace, a new session, death with the
+// parent, a cleared environment, a read-only /usr with the merged-usr
+// symlinks, a few /etc files, fresh /proc, /dev and /tmp, and the workspace
+// read-write at /workspace as the working directory. exists decides which
+// optional pieces (lib64, /etc files) the host has.
+func BwrapArgs(workspace string, exists func(string) bool) []string {
+	args := []string{
+		"--unshare-all", // user, ipc, pid, net, uts, cgroup
+		"--new-session",
+		"--die-with-parent",
+		"--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
+		"--ro-bind", "/usr", "/usr",
+	}
+	for _, l := range []struct{ target, link string }{
+		{"usr/bin", "/bin"}, {"usr/lib", "/lib"}, {"usr/lib64", "/lib64"}, {"usr/sbin", "/sbin"},
+	} {
+		if exists("/" + l.target) {
+			args = append(args, "--symlink", l.target, l.link)
+		}
+	}
+	for _, f := range []string{"passwd", "group", "hosts", "resolv.conf", "nsswitch.conf", "ld.so.cache"} {
+		p := "/etc/" + f
+		if exists(p) {
+			args = append(args, "--ro-bind", p, p)
+		}
+	}
+	return append(args,
+		"--proc", "/proc",
+		"--dev", "/dev",
+		"--tmpfs", "/tmp",
+		"--bind", workspace, "/workspace",
+		"--chdir", "/workspace",
+		"/bin/true")
+}
+
+// agentrunCLI is `agentrun spawn --net MODE -- /bin/true`, run with the
+// shared workspace as its working directory (agentrun's default workspace).
+func agentrunCLI(name, path, net string) *Contender {
+	c := &Contender{Name: name, Label: fmt.Sprintf("agentrun CLI, default policy, network %s", net)}
+	argv := []string{path, "spawn", "--net", net, "--", "/bin/true"}
+	c.Command = strings.Join(argv, " ")
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		c.Status, c.Reason = report.StatusMissing, fmt.Sprintf("%s not found (build it with `make build`)", path)
+		return c
+	case err != nil:
+		c.Status, c.Reason = report.StatusFailed, fmt.Sprintf("stat %s: %v", path, err)
+		return c
+	case fi.IsDir() || fi.Mode()&0o111 == 0:
+		c.Status, c.Reason = report.StatusFailed, fmt.Sprintf("%s is not an executable file", path)
+		return c
+	}
+	if abs, err := filepath.Abs(path); err == nil {
+		argv[0] = abs // the child runs in the workspace, so a relative path would break
+	}
+	c.argv = func(uint64) []string { return argv }
+	return c
+}
+
+// inProcessAgentrun is the hook for "agentrun through the Go API, in-process"
+// (no CLI start-up on the timed path).
+//
+// TODO(bench): once the root package's Run works on Linux, implement this as
+// a call to agentrun.Run with a Policy equal to the CLI's default (workspace
+// = ws, network none, command /bin/true, stdio to /dev/null) that checks
+// ExitCode == 0, set Status to ok, and add the library's re-exec init hook at
+// the top of spawnbench's main (the sandbox's init child re-executes the
+// calling binary). Until then the contender is reported, not dropped.
+func inProcessAgentrun(ws string) *Contender {
+	_ = ws
+	return &Contender{
+		Name:   AgentrunAPI,
+		Label:  "agentrun through the Go API in-process (agentrun.Run)",
+		Status: report.StatusUnavailable,
+		Reason: "the Linux Go API (agentrun.Run) does not exist yet; hook: inProcessAgentrun in bench/internal/spawn",
+	}
+}
+
+// unprivilegedIDs returns the uid/gid rootless runc runs as: the caller's own
+// when not root, else nobody's (65534 when it has no passwd entry).
+func unprivilegedIDs() (uid, gid int, asOther bool) {
+	if os.Geteuid() != 0 {
+		return os.Geteuid(), os.Getegid(), false
+	}
+	uid, gid = 65534, 65534
+	if u, err := user.Lookup("nobody"); err == nil {
+		if v, err := strconv.Atoi(u.Uid); err == nil {
+			uid = v
+		}
+		if v, err := strconv.Atoi(u.Gid); err == nil {
+			gid = v
+		}
+	}
+	return uid, gid, true
+}
