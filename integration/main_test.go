@@ -91,7 +91,13 @@ func binary(env, sibling, pkg, out string) (string, error) {
 	if rootErr == nil && goErr == nil {
 		cmd := exec.Command(goTool, "build", "-trimpath", "-o", out, pkg)
 		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		// agentrun needs cgo (libseccomp, the C init); the attacker must be
+		// static to run inside the sandbox without the host's loader.
+		cgo := "CGO_ENABLED=0"
+		if strings.HasSuffix(pkg, "/cmd/agentrun") {
+			cgo = "CGO_ENABLED=1"
+		}
+		cmd.Env = append(os.Environ(), cgo)
 		if b, err := cmd.CombinedOutput(); err != nil {
 			return "", fmt.Errorf("build %s: %v\n%s", pkg, err, b)
 		}
