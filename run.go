@@ -64,6 +64,10 @@ type Result struct {
 	// "file:PATH".
 	Seccomp    string      `json:"seccomp,omitempty"`
 	Violations []Violation `json:"violations,omitempty"`
+	// ViolationsStatus says whether Violations is complete: "collected",
+	// "partial", or "unavailable: REASON" when the run could not be
+	// watched (so an empty list is not read as a clean run).
+	ViolationsStatus string `json:"violations_status,omitempty"`
 	// Error is the one-line reason when the sandbox could not be built.
 	Error string `json:"error,omitempty"`
 }

@@ -169,12 +169,14 @@ func darwinResult(fin *darwin.Finished, start time.Time, warn func(string)) *Res
 		v := d.Violation()
 		res.Violations = append(res.Violations, Violation{Kind: v.Kind, Name: v.Name, Detail: v.Detail, Suggestion: v.Suggestion})
 	}
-	// Until Result has a field for it, an unobservable run is reported
-	// through Warn so "no violations" is never silently claimed.
+	// "No violations" is never claimed for a run that could not be watched.
+	res.ViolationsStatus = "collected"
 	if !fin.Violations.Available {
+		res.ViolationsStatus = "unavailable: " + fin.Violations.Reason
 		warn("policy violations were not collected: " + fin.Violations.Reason)
 	}
 	if fin.Violations.Truncated {
+		res.ViolationsStatus = "partial"
 		warn("more policy violations occurred than were recorded")
 	}
 	return res

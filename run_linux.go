@@ -177,6 +177,10 @@ func RunSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 		return nil, err
 	}
 	res := &Result{ExitCode: exit.Code, Signal: exit.Signal, Limits: "none", Seccomp: spec.Annotations[AnnotationSeccomp]}
+	res.ViolationsStatus = "collected"
+	if spec.Linux == nil || spec.Linux.Seccomp == nil {
+		res.ViolationsStatus = "unavailable: no seccomp filter (unconfined)"
+	}
 	for _, e := range proc.Violations() {
 		res.Violations = append(res.Violations, syscallViolation(e))
 	}
