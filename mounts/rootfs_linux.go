@@ -109,7 +109,7 @@ func cloneSources(spec *specs.Spec, prepared Prepared) (*sourceTrees, error) {
 			t.mounts[i] = fd
 			continue
 		}
-		fd, err := cloneBind(m)
+		fd, err := CloneBind(m, -1)
 		if err != nil {
 			return t, &Error{Op: "bind", Dest: m.Destination, Err: err}
 		}
@@ -185,8 +185,11 @@ func attrsFor(opts []string) uint64 {
 	return a
 }
 
-// cloneBind makes a detached, configured clone of a bind source.
-func cloneBind(m *specs.Mount) (int, error) {
+// CloneBind makes a detached clone of a bind source with the attributes its
+// options ask for. With userns >= 0 the clone is also an idmapped mount
+// through that user namespace, which needs privilege over the source's
+// filesystem (the parent does it as host root).
+func CloneBind(m *specs.Mount, userns int) (int, error) {
 	recursive := hasOpt(m.Options, "rbind")
 	// No symlink anywhere in the source: the compiler resolved it, so a
 	// symlink here was swapped in after the check.
@@ -207,9 +210,17 @@ func cloneBind(m *specs.Mount) (int, error) {
 	if err != nil {
 		return -1, fmt.Errorf("clone %s: %w", m.Source, err)
 	}
-	if a := attrsFor(m.Options); a != 0 {
-		if err := unix.MountSetattr(tree, "", setFlags, &unix.MountAttr{Attr_set: a}); err != nil {
+	attr := unix.MountAttr{Attr_set: attrsFor(m.Options)}
+	if userns >= 0 {
+		attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
+		attr.Userns_fd = uint64(userns)
+	}
+	if attr.Attr_set != 0 {
+		if err := unix.MountSetattr(tree, "", setFlags, &attr); err != nil {
 			unix.Close(tree)
+			if userns >= 0 {
+				return -1, fmt.Errorf("idmapped mount of %s (the filesystem must support idmapped mounts, Linux 5.12+): %w", m.Source, err)
+			}
 			return -1, fmt.Errorf("set attributes on %s: %w", m.Source, err)
 		}
 	}

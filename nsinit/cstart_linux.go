@@ -139,27 +139,7 @@ func startC(cfg *Config) (*Process, error) {
 	p.prog, p.onViolation = prog, cfg.OnViolation
 	// A write error means the child is gone; its report says why.
 	_, werr := parentSock.Write(release)
-	r, err := p.readSetup()
-	switch {
-	case err != nil && werr != nil:
-		p.Kill()
-		return nil, p.failed("sync", werr)
-	case err != nil:
-		p.Kill()
-		return nil, p.failed("init", err)
-	case r.Type == repError:
-		p.wait()
-		return nil, &StepError{Step: r.Step, Msg: r.Error}
-	case r.Type == repExit:
-		// The command could not even be started (not found, not
-		// executable): a normal exit with a shell-style status.
-		p.pending = &r
-		return p, nil
-	case r.Type != repStarted:
-		p.Kill()
-		return nil, p.failed("sync", fmt.Errorf("unexpected report %q", r.Type))
-	}
-	return p, nil
+	return p.awaitStarted(werr)
 }
 
 // childError returns the error the dead child reported, or fallback when

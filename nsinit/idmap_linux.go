@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"syscall"
 
+	"github.com/agentrun/agentrun/mounts"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
@@ -76,7 +77,7 @@ func prepareMountsWith(spec *specs.Spec, idmapUserns func(uids, gids []specs.Lin
 			}
 			usernsByKey[key] = nsfd
 		}
-		tree, err := idmappedTree(m, nsfd)
+		tree, err := mounts.CloneBind(m, nsfd)
 		if err != nil {
 			p.close()
 			return nil, &StepError{Step: "idmap " + m.Destination, Msg: err.Error()}
@@ -88,39 +89,6 @@ func prepareMountsWith(spec *specs.Spec, idmapUserns func(uids, gids []specs.Lin
 		p.childFDs[i] = syncFD + len(p.files)
 	}
 	return p, nil
-}
-
-func idmappedTree(m *specs.Mount, nsfd int) (int, error) {
-	recursive := false
-	for _, o := range m.Options {
-		recursive = recursive || o == "rbind"
-	}
-	src, err := unix.Openat2(unix.AT_FDCWD, m.Source, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS})
-	if err != nil {
-		return -1, fmt.Errorf("open %s: %w", m.Source, err)
-	}
-	defer unix.Close(src)
-	flags := uint(unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC | unix.AT_EMPTY_PATH)
-	setFlags := uint(unix.AT_EMPTY_PATH)
-	if recursive {
-		flags |= unix.AT_RECURSIVE
-		setFlags |= unix.AT_RECURSIVE
-	}
-	tree, err := unix.OpenTree(src, "", flags)
-	if err != nil {
-		return -1, fmt.Errorf("clone %s: %w", m.Source, err)
-	}
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Userns_fd: uint64(nsfd)}
-	for _, o := range m.Options {
-		if o == "ro" {
-			attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
-		}
-	}
-	if err := unix.MountSetattr(tree, "", setFlags, &attr); err != nil {
-		unix.Close(tree)
-		return -1, fmt.Errorf("idmapped mount of %s (the filesystem must support idmapped mounts, Linux 5.12+): %w", m.Source, err)
-	}
-	return tree, nil
 }
 
 // idmapUserns returns an fd of a user namespace with the given maps, owned

@@ -149,8 +149,18 @@ func Start(cfg *Config) (*Process, error) {
 		p.Kill()
 		return nil, p.failed("sync", err)
 	}
+	return p.awaitStarted(nil)
+}
+
+// awaitStarted reads the child's setup reports until the command runs.
+// writeErr is the error of the parent's last message to the child, if any:
+// when the child is gone, its report (if it sent one) says why.
+func (p *Process) awaitStarted(writeErr error) (*Process, error) {
 	r, err := p.readSetup()
 	switch {
+	case err != nil && writeErr != nil:
+		p.Kill()
+		return nil, p.failed("sync", writeErr)
 	case err != nil:
 		p.Kill()
 		return nil, p.failed("init", err)
