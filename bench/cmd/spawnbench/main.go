@@ -31,6 +31,7 @@ import (
 	"github.com/agentrun/agentrun/bench/internal/report"
 	"github.com/agentrun/agentrun/bench/internal/sched"
 	"github.com/agentrun/agentrun/bench/internal/spawn"
+	"github.com/agentrun/agentrun/nsinit"
 )
 
 type flags struct {
@@ -49,6 +50,9 @@ type flags struct {
 }
 
 func main() {
+	// The in-process contender may re-execute this binary as the sandbox
+	// init (the Go init backend).
+	nsinit.Dispatch()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -18,7 +18,9 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/agentrun/agentrun"
 	"github.com/agentrun/agentrun/bench/internal/report"
+	"github.com/agentrun/agentrun/seccomp"
 )
 
 // Contender names, in display order. They are the values -only accepts.
@@ -271,22 +273,28 @@ func agentrunCLI(name, path, net string) *Contender {
 	return c
 }
 
-// inProcessAgentrun is the hook for "agentrun through the Go API, in-process"
-// (no CLI start-up on the timed path).
-//
-// TODO(bench): once the root package's Run works on Linux, implement this as
-// a call to agentrun.Run with a Policy equal to the CLI's default (workspace
-// = ws, network none, command /bin/true, stdio to /dev/null) that checks
-// ExitCode == 0, set Status to ok, and add the library's re-exec init hook at
-// the top of spawnbench's main (the sandbox's init child re-executes the
-// calling binary). Until then the contender is reported, not dropped.
+// inProcessAgentrun times agentrun.Run called from this process: the
+// library path of agent runners, with no CLI start-up, and the seccomp
+// program compiled once and kept in memory as a long-lived runner would.
 func inProcessAgentrun(ws string) *Contender {
-	_ = ws
+	cache := &seccomp.Cache{}
+	policy := agentrun.Policy{Workspace: ws, Network: agentrun.NetworkNone, Command: []string{"/bin/true"}}
 	return &Contender{
-		Name:   AgentrunAPI,
-		Label:  "agentrun through the Go API in-process (agentrun.Run)",
-		Status: report.StatusUnavailable,
-		Reason: "the Linux Go API (agentrun.Run) does not exist yet; hook: inProcessAgentrun in bench/internal/spawn",
+		Name:    AgentrunAPI,
+		Label:   "agentrun through the Go API in-process (agentrun.Run)",
+		Status:  report.StatusOK,
+		Command: "agentrun.Run(Policy{Workspace: ws, Command: [/bin/true]})",
+		inProc: func(ctx context.Context) error {
+			p := policy
+			res, err := agentrun.Run(ctx, &p, agentrun.Options{SeccompCache: cache})
+			if err != nil {
+				return err
+			}
+			if res.ExitCode != 0 {
+				return fmt.Errorf("exit %d", res.ExitCode)
+			}
+			return nil
+		},
 	}
 }
 

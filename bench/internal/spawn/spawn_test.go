@@ -155,8 +155,16 @@ func TestAgentrunMissingIsReported(t *testing.T) {
 	if c.Status != report.StatusFailed {
 		t.Errorf("directory as binary: status %q", c.Status)
 	}
-	if api := inProcessAgentrun(dir); api.Status != report.StatusUnavailable || api.Runnable() {
-		t.Errorf("in-process placeholder: %+v", api)
+}
+
+// TestInProcessAgentrun runs the library contender once for real.
+func TestInProcessAgentrun(t *testing.T) {
+	api := inProcessAgentrun(t.TempDir())
+	if !api.Runnable() || api.inProc == nil {
+		t.Fatalf("in-process contender not runnable: %+v", api)
+	}
+	if err := api.inProc(context.Background()); err != nil {
+		t.Fatalf("agentrun.Run of /bin/true: %v", err)
 	}
 }
 
