@@ -157,6 +157,15 @@ func Compile(p *Policy, h *HostInfo) (*specs.Spec, error) {
 	if netMode == NetworkNone {
 		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.NetworkNamespace})
 	}
+	caps, err := normalizeCaps(p.CapAdd)
+	if err != nil {
+		return nil, err
+	}
+	if len(caps) > 0 {
+		s.Process.Capabilities = &specs.LinuxCapabilities{
+			Bounding: caps, Effective: caps, Permitted: caps, Inheritable: caps, Ambient: caps,
+		}
+	}
 	if err := addRlimits(s.Process, &p.Limits); err != nil {
 		return nil, err
 	}

@@ -330,3 +330,21 @@ func TestCompileSeccomp(t *testing.T) {
 		t.Errorf("unconfined with a root-owned rw workspace as root must be refused: %v", err)
 	}
 }
+
+func TestCompileCapAdd(t *testing.T) {
+	s, err := Compile(&Policy{Command: []string{"true"}, CapAdd: []string{"net_raw", "CAP_NET_RAW", "cap_chown"}}, newFakeFS().host(1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.Process.Capabilities
+	if got := strings.Join(c.Ambient, ","); got != "CAP_NET_RAW,CAP_CHOWN" || strings.Join(c.Bounding, ",") != got || strings.Join(c.Permitted, ",") != got {
+		t.Errorf("capabilities %+v", c)
+	}
+	if _, err := Compile(&Policy{Command: []string{"true"}, CapAdd: []string{"CAP_FLY"}}, newFakeFS().host(1000)); err == nil {
+		t.Error("unknown capability accepted")
+	}
+	s, _ = Compile(&Policy{Command: []string{"true"}}, newFakeFS().host(1000))
+	if c := s.Process.Capabilities; len(c.Bounding)+len(c.Effective)+len(c.Permitted)+len(c.Inheritable)+len(c.Ambient) != 0 {
+		t.Errorf("default must hold no capability: %+v", c)
+	}
+}

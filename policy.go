@@ -74,6 +74,9 @@ type Policy struct {
 	// Env holds KEY=VALUE entries added to the small default allowlist.
 	Env     []string `json:"env,omitempty"`
 	Timeout Duration `json:"timeout,omitempty"`
+	// CapAdd grants the command these capabilities (e.g. "CAP_NET_RAW"),
+	// held in the sandbox's user namespace only. Default: none at all.
+	CapAdd []string `json:"cap_add,omitempty"`
 	// Seccomp selects the system-call filter: "" for the default agent
 	// profile, "unconfined" for none (reported in the result), or the path
 	// of a profile in OCI or Docker JSON format.

@@ -60,6 +60,8 @@ type Result struct {
 	MemoryPeakBytes uint64 `json:"memory_peak_bytes,omitempty"`
 	CPUUsageUS      uint64 `json:"cpu_usage_us,omitempty"`
 	PidsPeak        uint64 `json:"pids_peak,omitempty"`
+	// Capabilities the command held (--cap-add); none by default.
+	Capabilities []string `json:"capabilities,omitempty"`
 	// Seccomp is the filter that applied: "default", "unconfined" or
 	// "file:PATH".
 	Seccomp    string      `json:"seccomp,omitempty"`

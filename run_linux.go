@@ -177,6 +177,9 @@ func RunSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 		return nil, err
 	}
 	res := &Result{ExitCode: exit.Code, Signal: exit.Signal, Limits: "none", Seccomp: spec.Annotations[AnnotationSeccomp]}
+	if c := spec.Process.Capabilities; c != nil {
+		res.Capabilities = c.Ambient
+	}
 	res.ViolationsStatus = "collected"
 	if spec.Linux == nil || spec.Linux.Seccomp == nil {
 		res.ViolationsStatus = "unavailable: no seccomp filter (unconfined)"

@@ -13,9 +13,10 @@ import (
 
 // result is the --result JSON.
 type result struct {
-	ExitCode   int    `json:"exit_code"`
-	Seccomp    string `json:"seccomp"`
-	Violations []struct {
+	ExitCode     int      `json:"exit_code"`
+	Seccomp      string   `json:"seccomp"`
+	Capabilities []string `json:"capabilities"`
+	Violations   []struct {
 		Kind, Name, Detail, Suggestion string
 	} `json:"violations"`
 }

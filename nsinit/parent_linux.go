@@ -256,6 +256,10 @@ func sysProcAttr(spec *specs.Spec) *syscall.SysProcAttr {
 		GidMappingsEnableSetgroups: !rootless,
 		AmbientCaps:                initCaps[:],
 	}
+	// Capabilities granted to the command must survive init's own execve.
+	for c := range keptCaps(spec.Process) {
+		a.AmbientCaps = append(a.AmbientCaps, uintptr(c))
+	}
 	for _, m := range spec.Linux.UIDMappings {
 		a.UidMappings = append(a.UidMappings, syscall.SysProcIDMap{ContainerID: int(m.ContainerID), HostID: int(m.HostID), Size: int(m.Size)})
 	}

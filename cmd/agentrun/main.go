@@ -157,7 +157,7 @@ func parseSpawn(args []string, stderr io.Writer) (*spawnOpts, error) {
 	fs := flag.NewFlagSet("spawn", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var (
-		ro, rw, tmpfsDest, env            listFlag
+		ro, rw, tmpfsDest, env, capAdd    listFlag
 		workspace, netMode, policyFile    string
 		memory, pids, cpus, timeout, res  string
 		nofile, nproc, fsize, cpuTimeFlag string
@@ -172,6 +172,7 @@ func parseSpawn(args []string, stderr io.Writer) (*spawnOpts, error) {
 	fs.StringVar(&cpus, "cpus", "", "CPU limit in cores, e.g. 0.5")
 	fs.StringVar(&timeout, "timeout", "", "kill the sandbox after this duration (exit 124)")
 	fs.Var(&env, "env", "set K=V in the command's environment (repeatable)")
+	fs.Var(&capAdd, "cap-add", "grant the command a capability, e.g. CAP_NET_RAW, held in the sandbox's user namespace only (repeatable; default none)")
 	fs.StringVar(&policyFile, "policy", "", "read the policy from a JSON file; flags add to it")
 	fs.StringVar(&res, "result", "", "write the result as JSON to this file")
 	var seccompProfile string
@@ -226,6 +227,7 @@ func parseSpawn(args []string, stderr io.Writer) (*spawnOpts, error) {
 		p.Mounts = append(p.Mounts, agentrun.Mount{Dest: d, Mode: agentrun.MountTmpfs})
 	}
 	p.Env = append(p.Env, env...)
+	p.CapAdd = append(p.CapAdd, capAdd...)
 	if err := limitFlags(p, memory, pids, cpus, timeout, nofile, nproc, fsize, cpuTimeFlag); err != nil {
 		return o, err
 	}
