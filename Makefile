@@ -10,7 +10,7 @@ ROOTLESS_DIR := /tmp/agentrun-rootless-bin
 # Static, so exec stays cheap; cgo for libseccomp and the C init.
 BUILD_FLAGS := -tags netgo,osusergo -ldflags '-linkmode external -extldflags "-static"'
 
-.PHONY: setup build test unit integration integration-rootless lint clean bench bench-quick bench-deps
+.PHONY: setup build test unit integration integration-rootless lint clean bench bench-quick bench-deps vmtest vmtest-deps
 
 # Installs build and test dependencies and the unprivileged test user.
 setup:
@@ -54,6 +54,27 @@ lint:
 	GOOS=darwin $(GO) build ./...
 	GOOS=darwin $(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+# The cgroup v2 path and an older kernel: Debian's cloud kernel (6.1) under
+# qemu (TCG) with cgroup_no_v1=all, running the cgroup and integration
+# suites as root and as an unprivileged user with and without delegation.
+VMWORK := vmtest/work
+vmtest-deps:
+	$(SUDO) bash vmtest/deps.sh
+
+vmtest: vmtest-deps build
+	mkdir -p $(VMWORK)
+	cp $(BIN) $(VMWORK)/agentrun
+	$(GO) test -c -o $(VMWORK)/selftest.test ./vmtest/selftest
+	$(GO) test -c -o $(VMWORK)/cgroups.test ./cgroups
+	CGO_ENABLED=0 $(GO) test -c -o $(VMWORK)/integration.test ./integration
+	CGO_ENABLED=0 $(GO) build -o $(VMWORK)/agentrun-attacker ./integration/internal/attacker
+	vmtest/run.sh --agentrun $(VMWORK)/agentrun --modes root,user,user-nodeleg \
+		--host-bin $(VMWORK)/agentrun-attacker:/usr/local/bin/agentrun-attacker \
+		--env AGENTRUN_ATTACKER=/usr/local/bin/agentrun-attacker \
+		--host-bin /usr/bin/git --host-dir /usr/lib/git-core --host-bin /usr/bin/getent \
+		--host-bin /usr/bin/python3 --host-dir /usr/lib/python3.11 \
+		$(VMWORK)/selftest.test $(VMWORK)/cgroups.test $(VMWORK)/integration.test@root,user
 
 # Side-by-side spawn latency against fork+exec, unshare, bwrap and runc
 # (interleaved rounds, ratios, chart in bench/results/). Not a test.

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/agentrun/agentrun/seccomp/internal/abiprobe"
+	"github.com/agentrun/agentrun/internal/abiprobe"
 	"golang.org/x/sys/unix"
 )
 

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentrun/agentrun/seccomp/internal/abiprobe"
+	"github.com/agentrun/agentrun/internal/abiprobe"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )

@@ -32,12 +32,15 @@ const (
 	RuncRootless = "runc-rootless"
 	AgentrunNone = "agentrun-none"
 	AgentrunHost = "agentrun-host"
-	AgentrunAPI  = "agentrun-api"
+	// AgentrunUnconfined is agentrun-none without the seccomp filter: the
+	// filter's share of a spawn.
+	AgentrunUnconfined = "agentrun-unconfined"
+	AgentrunAPI        = "agentrun-api"
 )
 
 // Names lists every contender in display order.
 func Names() []string {
-	return []string{ForkExec, Unshare, Bwrap, Runc, RuncRootless, AgentrunNone, AgentrunHost, AgentrunAPI}
+	return []string{ForkExec, Unshare, Bwrap, Runc, RuncRootless, AgentrunNone, AgentrunHost, AgentrunUnconfined, AgentrunAPI}
 }
 
 // Contender is one way of starting /bin/true in a sandbox (or without one,
@@ -181,6 +184,9 @@ func Build(ctx context.Context, opt Options) (*Set, error) {
 
 	add(agentrunCLI(AgentrunNone, opt.Agentrun, "none"))
 	add(agentrunCLI(AgentrunHost, opt.Agentrun, "host"))
+	if selected(opt.Only, AgentrunUnconfined) {
+		add(unconfined(opt.Agentrun, tmp))
+	}
 	add(inProcessAgentrun(ws))
 	// Show commands without the random temp path, so reports diff cleanly.
 	for _, c := range set.Contenders {
@@ -250,9 +256,9 @@ func BwrapArgs(workspace string, exists func(string) bool) []string {
 
 // agentrunCLI is `agentrun spawn --net MODE -- /bin/true`, run with the
 // shared workspace as its working directory (agentrun's default workspace).
-func agentrunCLI(name, path, net string) *Contender {
+func agentrunCLI(name, path, net string, extra ...string) *Contender {
 	c := &Contender{Name: name, Label: fmt.Sprintf("agentrun CLI, default policy, network %s", net)}
-	argv := []string{path, "spawn", "--net", net, "--", "/bin/true"}
+	argv := append(append([]string{path, "spawn", "--net", net}, extra...), "--", "/bin/true")
 	c.Command = strings.Join(argv, " ")
 	fi, err := os.Stat(path)
 	switch {
@@ -270,6 +276,32 @@ func agentrunCLI(name, path, net string) *Contender {
 		argv[0] = abs // the child runs in the workspace, so a relative path would break
 	}
 	c.argv = func(uint64) []string { return argv }
+	return c
+}
+
+// unconfined is agentrun-none with --seccomp-profile unconfined. As root,
+// agentrun refuses that over a root-owned workspace (the filter is what
+// stops setuid files there), so this contender gets a workspace owned by
+// nobody.
+func unconfined(path, tmp string) *Contender {
+	c := agentrunCLI(AgentrunUnconfined, path, "none", "--seccomp-profile", "unconfined")
+	c.Label = "agentrun CLI, network none, no seccomp filter (--seccomp-profile unconfined)"
+	if c.Status != "" {
+		return c
+	}
+	ws := filepath.Join(tmp, "workspace-unconfined")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		c.Status, c.Reason = report.StatusFailed, err.Error()
+		return c
+	}
+	if os.Geteuid() == 0 {
+		uid, gid, _ := unprivilegedIDs()
+		if err := os.Chown(ws, uid, gid); err != nil {
+			c.Status, c.Reason = report.StatusFailed, err.Error()
+			return c
+		}
+	}
+	c.Dir = ws
 	return c
 }
 

@@ -34,6 +34,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/agentrun/agentrun/internal/abiprobe"
 	"golang.org/x/sys/unix"
 )
 
@@ -116,6 +117,7 @@ func init() {
 		"tiocsti":         {"DATA", "inject DATA into the terminal on fd 0 (also via /dev/tty and after setsid+TIOCSCTTY)", cmdTIOCSTI},
 		"tioclinux":       {"", "TIOCLINUX on fd 0 and /dev/tty*", cmdTIOCLINUX},
 		"caps":            {"", "escaped if any capability is held, no_new_privs is off or euid is 0", cmdCaps},
+		"int80":           {"", "i386 getpid through int 0x80; escaped if the kernel answers", cmdInt80},
 		"forkn":           {"N SECS", "start N sleeping children; escaped if all start", cmdForkN},
 		"alloc":           {"MB", "allocate and touch MB MiB; escaped if it completes", cmdAlloc},
 		"fill":            {"PATH MB", "write MB MiB to PATH; escaped if all is written", cmdFill},
@@ -133,6 +135,18 @@ func main() {
 	}
 	c.run(os.Args[2:])
 	fail("%s: no verdict", os.Args[1])
+}
+
+// cmdInt80 enters the kernel through the 32-bit entry point, where a
+// filter written for x86_64 numbers would read different syscalls. The
+// default profile kills the process (SIGSYS) before anything runs.
+func cmdInt80(args []string) {
+	const i386Getpid = 20
+	r := abiprobe.Int80(i386Getpid, 0, 0, 0)
+	if int(r) == os.Getpid() {
+		escaped("int 0x80 getpid answered %d", r)
+	}
+	blocked("int 0x80 getpid returned %d (%s)", int(r), unix.Errno(-int(r)))
 }
 
 func usage() {
