@@ -19,9 +19,10 @@ setup:
 build:
 	CGO_ENABLED=1 $(GO) build $(BUILD_FLAGS) -o $(BIN) ./cmd/agentrun
 
-# The whole suite: lint, unit tests, and the integration suite against
-# every backend, as the caller and, when the caller is root, as $(TEST_USER).
-test: build lint unit integration
+# The whole suite: lint, unit tests, the integration suite against every
+# backend, as the caller and, when the caller is root, as $(TEST_USER), and
+# the same suites again in a pure cgroup v2 VM on an older kernel.
+test: build lint unit integration vmtest
 
 unit:
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /integration)
@@ -62,7 +63,7 @@ VMWORK := vmtest/work
 vmtest-deps:
 	$(SUDO) bash vmtest/deps.sh
 
-vmtest: vmtest-deps build
+vmtest: build
 	mkdir -p $(VMWORK)
 	cp $(BIN) $(VMWORK)/agentrun
 	$(GO) test -c -o $(VMWORK)/selftest.test ./vmtest/selftest

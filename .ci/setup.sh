@@ -32,6 +32,9 @@ if ! command -v go >/dev/null && [ ! -x /usr/local/go/bin/go ]; then
 	apt-get install -y -qq --no-install-recommends golang-go >/dev/null
 fi
 
+# The pure cgroup v2 VM test (make vmtest): qemu, cpio, busybox-static.
+bash "$(dirname "$0")/../vmtest/deps.sh"
+
 if ! id "$TEST_USER" >/dev/null 2>&1; then
 	useradd --create-home --shell /bin/bash "$TEST_USER"
 fi
