@@ -384,3 +384,19 @@ func TestConcurrentStarts(t *testing.T) {
 		}
 	}
 }
+
+// TestNamespacePathRefused: neither backend joins existing namespaces, and
+// neither may quietly create a fresh one instead.
+func TestNamespacePathRefused(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b, func(t *testing.T) {
+			spec := testSpec(t, "/bin/true")
+			spec.Linux.Namespaces = append(spec.Linux.Namespaces, specs.LinuxNamespace{Type: specs.IPCNamespace, Path: "/proc/1/ns/ipc"})
+			_, err := Start(&Config{Spec: spec, Backend: b})
+			var se *StepError
+			if !errors.As(err, &se) || se.Step != "namespaces" {
+				t.Fatalf("want a namespaces step error, got %v", err)
+			}
+		})
+	}
+}

@@ -86,6 +86,9 @@ var initCaps = [...]uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_SET
 // Start clones the init into the Spec's namespaces and returns once the
 // command is running, or with a *StepError naming what failed.
 func Start(cfg *Config) (*Process, error) {
+	if err := checkNamespaces(cfg.Spec); err != nil {
+		return nil, err
+	}
 	if p, handled, err := startSelected(cfg); handled { // the C init: cstart_linux.go
 		return p, err
 	}
@@ -267,6 +270,21 @@ func sysProcAttr(spec *specs.Spec) *syscall.SysProcAttr {
 		a.GidMappings = append(a.GidMappings, syscall.SysProcIDMap{ContainerID: int(m.ContainerID), HostID: int(m.HostID), Size: int(m.Size)})
 	}
 	return a
+}
+
+// checkNamespaces refuses what neither init implements: joining an
+// existing namespace. Creating a fresh one instead would silently ignore
+// what the Spec asked for.
+func checkNamespaces(spec *specs.Spec) error {
+	if spec == nil || spec.Linux == nil {
+		return nil
+	}
+	for _, ns := range spec.Linux.Namespaces {
+		if ns.Path != "" {
+			return &StepError{Step: "namespaces", Msg: fmt.Sprintf("joining the %s namespace at %s is not supported", ns.Type, ns.Path)}
+		}
+	}
+	return nil
 }
 
 func nsFlag(t specs.LinuxNamespaceType) uintptr {
