@@ -33,4 +33,12 @@
 // all IP traffic, loopback included), no resource limits, and processes that
 // leave the command's process group (setsid daemons) are not killed at the
 // end of the run.
+//
+// Written and tested on Linux only; these assumptions still need a run on a
+// Mac: that (subpath (param "K")) with -D K=V behaves as the generator
+// expects; whether file-test-existence needs a rule of its own; the exact
+// text of sandbox-exec's deprecation banner that the stderr filter hides;
+// whether "--" ends sandbox-exec's options; the ndjson shape of denial
+// events from `log stream`; and the compiled-profile size limit, which
+// Check estimates with a margin rather than measures.
 package darwin
