@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestInt80Entry: the i386 system-call entry cannot be used to get around
@@ -55,4 +57,20 @@ func TestCompilersRun(t *testing.T) {
 			t.Fatalf("go build failed\n%s", r)
 		}
 	})
+}
+
+// TestPlantedFIFODoesNotStall: a FIFO left in the workspace where a later
+// spawn mounts a file must not block that spawn's setup (opening a FIFO for
+// reading waits for a writer).
+func TestPlantedFIFODoesNotStall(t *testing.T) {
+	t.Parallel()
+	ws := newWorkspace(t)
+	if err := unix.Mkfifo(ws+"/planted", 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := spawn(t, spawnCfg{ws: ws, flags: []string{"--ro", "/etc/hostname:/workspace/planted"}, guard: 30 * time.Second}, "/bin/cat", "/workspace/planted")
+	want, _ := os.ReadFile("/etc/hostname")
+	if r.code != 0 || r.stdout != string(want) {
+		t.Fatalf("the bind over the planted FIFO must work\n%s", r)
+	}
 }

@@ -426,9 +426,19 @@ func makeTarget(rootfd int, p string, dir bool) (int, error) {
 		return -1, fmt.Errorf("mount point %s: %w", p, err)
 	}
 	defer unix.Close(pfd)
-	fd, err := unix.Openat(pfd, base, unix.O_RDONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	// O_PATH first: opening an existing FIFO for reading would block, and
+	// the sandbox can plant one in the workspace to stall later spawns.
+	fd, err := unix.Openat(pfd, base, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		fd, err = unix.Openat(pfd, base, unix.O_RDONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	}
 	if err != nil {
 		return -1, fmt.Errorf("mount point %s: %w", p, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT == unix.S_IFLNK || st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		unix.Close(fd)
+		return -1, fmt.Errorf("mount point %s: not a file (a symlink or directory is in the way)", p)
 	}
 	return fd, nil
 }

@@ -88,7 +88,10 @@ func startC(cfg *Config) (*Process, error) {
 	}
 
 	p, err := startCInit(plan, parentSock, std, cfg.Cgroup)
-	// The child holds its own copies now.
+	// The child holds its own copies now. The sync socket's child end in
+	// particular must go at once: while this process holds it, a child
+	// that dies without a report never shows up as EOF and Start hangs.
+	childSock.Close()
 	std.closeChildEnds()
 	if err != nil {
 		parentSock.Close()

@@ -139,6 +139,11 @@ static void put_int(struct out *o, long v)
 		o->b[o->n++] = d[--i];
 }
 
+/* OUT_RESERVE is kept free by put_str for what follows a string field (the
+ * errno text, the closing quote and brace), so a long path is shortened
+ * rather than cutting the report into invalid JSON. */
+#define OUT_RESERVE 160
+
 /* put_str appends s as the inside of a JSON string: quotes, backslashes and
  * control characters escaped, other bytes as they are. */
 static void put_str(struct out *o, const char *s)
@@ -146,8 +151,10 @@ static void put_str(struct out *o, const char *s)
 	static const char hex[] = "0123456789abcdef";
 	for (; *s; s++) {
 		unsigned char c = (unsigned char)*s;
-		if (o->n + 7 >= sizeof o->b)
+		if (o->n + 7 >= sizeof o->b - OUT_RESERVE) {
+			put(o, "...");
 			return;
+		}
 		if (c == '"' || c == '\\') {
 			o->b[o->n++] = '\\';
 			o->b[o->n++] = (char)c;
@@ -479,10 +486,20 @@ static int make_target(struct ctx *c, int rootfd, const char *p, int dir)
 	int pfd = mkdir_all_in(c, rootfd, parent);
 	if (pfd < 0)
 		return -1;
-	int fd = openat(pfd, base, O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+	/* O_PATH first: opening an existing FIFO for reading would block, and
+	 * the sandbox can plant one in the workspace to stall later spawns. */
+	int fd = openat(pfd, base, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT)
+		fd = openat(pfd, base, O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
 	close_keep_errno(pfd);
 	if (fd < 0)
 		return detail(c, "mount point ", p);
+	struct stat st;
+	if (fstat(fd, &st) < 0 || S_ISLNK(st.st_mode) || S_ISDIR(st.st_mode)) {
+		close(fd);
+		errno = ENOTDIR;
+		return detail(c, "mount point (not a file) ", p);
+	}
 	return fd;
 }
 

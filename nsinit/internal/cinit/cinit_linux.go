@@ -3,7 +3,7 @@
 package cinit
 
 /*
-#cgo CFLAGS: -O2 -Wall -Wextra -fno-strict-aliasing
+#cgo CFLAGS: -O2 -Wall -Wextra -fno-strict-aliasing -fstack-clash-protection
 #include "cinit.h"
 */
 import "C"
