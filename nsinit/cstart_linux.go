@@ -172,7 +172,7 @@ func startCInit(plan *cinit.Plan, sock *os.File, std *stdio, cg *CgroupPlacement
 			return p, nil
 		}
 		// clone3 refused (old kernel, a seccomp filter around us).
-		if tryFD && (errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.E2BIG)) {
+		if tryFD && clone3Refused(err) {
 			tryFD = false
 			continue
 		}

@@ -203,12 +203,19 @@ func startInit(cmd *exec.Cmd, sock *os.File, cg *CgroupPlacement) (*Process, err
 		}
 		// clone3 refused (old kernel, a seccomp filter around us): fall
 		// back to moving the pid before the child is released.
-		if tryFD && (errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.E2BIG)) {
+		if tryFD && clone3Refused(err) {
 			tryFD = false
 			continue
 		}
 		return nil, err
 	}
+}
+
+// clone3Refused reports whether clone3 itself was refused (an old kernel,
+// or a seccomp filter around this process), so placement must fall back
+// to moving the pid while the child waits.
+func clone3Refused(err error) bool {
+	return errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.E2BIG)
 }
 
 // placeCgroup moves the init into its cgroup unless clone3 already did.
