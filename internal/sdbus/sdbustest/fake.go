@@ -1,0 +1,262 @@
+// Package sdbustest is a fake systemd manager for tests: it speaks
+// peer-to-peer D-Bus on a unix socket (as systemd's private socket does)
+// or plays a bus daemon in front of the manager (Hello, AddMatch), and
+// implements Subscribe, StartTransientUnit, StopUnit and the Manager's
+// ControlGroup property, emitting JobRemoved for the jobs it queues.
+package sdbustest
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/agentrun/agentrun/internal/sdbus"
+)
+
+// Call is a method call the fake received.
+type Call struct {
+	Member string
+	Unit   string                   // StartTransientUnit, StopUnit
+	Mode   string                   // StartTransientUnit, StopUnit
+	Props  map[string]sdbus.Variant // StartTransientUnit
+}
+
+// Manager is the fake. Set the fields before Serve; they are read under mu.
+type Manager struct {
+	// Bus makes the fake behave as a bus daemon: Hello must come first.
+	Bus bool
+	// ControlGroup is the value of the Manager's ControlGroup property.
+	ControlGroup string
+	// OnStart handles StartTransientUnit: it returns the result the job's
+	// JobRemoved carries ("done", "failed"...), or an error reply.
+	OnStart func(c Call) (result string, err *sdbus.Error)
+	// OnStop handles StopUnit likewise. Nil: "done".
+	OnStop func(c Call) (result string, err *sdbus.Error)
+	// Hang makes StartTransientUnit never answer.
+	Hang bool
+
+	mu    sync.Mutex
+	calls []Call
+	ln    net.Listener
+	conns []net.Conn
+	job   uint32
+	wg    sync.WaitGroup
+}
+
+// Calls returns the method calls received so far.
+func (m *Manager) Calls() []Call {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]Call(nil), m.calls...)
+}
+
+// ServeUserManager listens at $dir/systemd/private (or $dir/bus with Bus
+// set), the paths a client with XDG_RUNTIME_DIR=dir tries, until the test
+// ends.
+func (m *Manager) ServeUserManager(t testing.TB, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "systemd", "private")
+	if m.Bus {
+		path = filepath.Join(dir, "bus")
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.ln = ln
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			m.mu.Lock()
+			m.conns = append(m.conns, c)
+			m.mu.Unlock()
+			m.wg.Add(1)
+			go func() {
+				defer m.wg.Done()
+				defer c.Close()
+				if err := m.serve(c); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+					t.Logf("fake systemd: %v", err)
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		m.mu.Lock()
+		for _, c := range m.conns {
+			c.Close()
+		}
+		m.mu.Unlock()
+		m.wg.Wait()
+	})
+	return path
+}
+
+type peer struct {
+	c      net.Conn
+	r      *bufio.Reader
+	serial uint32
+}
+
+func (p *peer) send(msg *sdbus.Message) error {
+	p.serial++
+	msg.Serial = p.serial
+	b, err := msg.Marshal()
+	if err != nil {
+		return err
+	}
+	_, err = p.c.Write(b)
+	return err
+}
+
+func (p *peer) reply(to *sdbus.Message, sig sdbus.Signature, body ...any) error {
+	return p.send(&sdbus.Message{Type: sdbus.TypeMethodReturn, ReplySerial: to.Serial, Signature: sig, Body: body})
+}
+
+func (p *peer) fail(to *sdbus.Message, e *sdbus.Error) error {
+	return p.send(&sdbus.Message{Type: sdbus.TypeError, ReplySerial: to.Serial, ErrorName: e.Name, Signature: "s", Body: []any{e.Message}})
+}
+
+func (p *peer) signal(member string, sig sdbus.Signature, body ...any) error {
+	return p.send(&sdbus.Message{
+		Type: sdbus.TypeSignal, Flags: sdbus.FlagNoReplyExpected, Path: "/org/freedesktop/systemd1",
+		Interface: "org.freedesktop.systemd1.Manager", Member: member, Signature: sig, Body: body,
+	})
+}
+
+// auth is the server side of SASL EXTERNAL.
+func (p *peer) auth() error {
+	nul, err := p.r.ReadByte()
+	if err != nil {
+		return err
+	}
+	if nul != 0 {
+		return fmt.Errorf("first byte %#x, want NUL", nul)
+	}
+	line, err := p.r.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "AUTH EXTERNAL ") {
+		_, _ = p.c.Write([]byte("REJECTED EXTERNAL\r\n"))
+		return fmt.Errorf("unexpected %q", line)
+	}
+	if _, err := p.c.Write([]byte("OK 0123456789abcdef0123456789abcdef\r\n")); err != nil {
+		return err
+	}
+	line, err = p.r.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line != "BEGIN\r\n" {
+		return fmt.Errorf("unexpected %q, want BEGIN", line)
+	}
+	return nil
+}
+
+func (m *Manager) serve(c net.Conn) error {
+	p := &peer{c: c, r: bufio.NewReader(c)}
+	if err := p.auth(); err != nil {
+		return err
+	}
+	helloed := false
+	for {
+		msg, err := sdbus.ReadMessage(p.r)
+		if err != nil {
+			return err
+		}
+		if msg.Type != sdbus.TypeMethodCall {
+			continue
+		}
+		if m.Bus && !helloed && msg.Member != "Hello" {
+			return fmt.Errorf("bus: %s before Hello", msg.Member)
+		}
+		if !m.Bus && msg.Member == "Hello" {
+			return errors.New("Hello on a peer-to-peer connection")
+		}
+		call := Call{Member: msg.Member}
+		switch msg.Member {
+		case "StartTransientUnit", "StopUnit":
+			call.Unit, _ = msg.Body[0].(string)
+			call.Mode, _ = msg.Body[1].(string)
+		}
+		if msg.Member == "StartTransientUnit" && msg.Signature == "ssa(sv)a(sa(sv))" {
+			call.Props = map[string]sdbus.Variant{}
+			for _, it := range msg.Body[2].([]any) {
+				st := it.(sdbus.Struct)
+				call.Props[st[0].(string)] = st[1].(sdbus.Variant)
+			}
+		}
+		m.mu.Lock()
+		m.calls = append(m.calls, call)
+		m.mu.Unlock()
+		if err := m.handle(p, msg, call, &helloed); err != nil {
+			return err
+		}
+	}
+}
+
+func (m *Manager) handle(p *peer, msg *sdbus.Message, call Call, helloed *bool) error {
+	switch msg.Member {
+	case "Hello":
+		*helloed = true
+		return p.reply(msg, "s", ":1.42")
+	case "AddMatch":
+		return p.reply(msg, "")
+	case "Subscribe":
+		return p.reply(msg, "")
+	case "Get":
+		if len(msg.Body) == 2 && msg.Body[1] == "ControlGroup" {
+			return p.reply(msg, "v", sdbus.Variant{Sig: "s", Value: m.ControlGroup})
+		}
+		return p.fail(msg, &sdbus.Error{Name: "org.freedesktop.DBus.Error.UnknownProperty", Message: "no such property"})
+	case "StartTransientUnit", "StopUnit":
+		if msg.Member == "StartTransientUnit" && m.Hang {
+			return nil
+		}
+		h := m.OnStart
+		if msg.Member == "StopUnit" {
+			h = m.OnStop
+		}
+		result := "done"
+		if h != nil {
+			var e *sdbus.Error
+			if result, e = h(call); e != nil {
+				return p.fail(msg, e)
+			}
+		}
+		m.mu.Lock()
+		m.job++
+		id := m.job
+		m.mu.Unlock()
+		job := sdbus.ObjectPath(fmt.Sprintf("/org/freedesktop/systemd1/job/%d", id))
+		if err := p.reply(msg, "o", job); err != nil {
+			return err
+		}
+		// What a real manager interleaves: other units' signals and
+		// another job's removal, before ours.
+		if err := p.signal("UnitNew", "so", "other.service", sdbus.ObjectPath("/org/freedesktop/systemd1/unit/other_2eservice")); err != nil {
+			return err
+		}
+		if err := p.signal("JobRemoved", "uoss", id+1000, sdbus.ObjectPath(fmt.Sprintf("/org/freedesktop/systemd1/job/%d", id+1000)), "other.service", "failed"); err != nil {
+			return err
+		}
+		return p.signal("JobRemoved", "uoss", id, job, call.Unit, result)
+	}
+	return p.fail(msg, &sdbus.Error{Name: "org.freedesktop.DBus.Error.UnknownMethod", Message: "unknown method " + msg.Member})
+}

@@ -1,0 +1,227 @@
+package sdbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// systemd's D-Bus names.
+const (
+	systemdName    = "org.freedesktop.systemd1"
+	systemdPath    = ObjectPath("/org/freedesktop/systemd1")
+	managerIface   = "org.freedesktop.systemd1.Manager"
+	propertiesFace = "org.freedesktop.DBus.Properties"
+
+	// ErrNoSuchUnit is the error name for a unit that is not loaded.
+	ErrNoSuchUnit = "org.freedesktop.systemd1.NoSuchUnit"
+)
+
+// ErrNoManager is wrapped when no systemd user manager can be reached.
+var ErrNoManager = errors.New("sdbus: no systemd user manager reachable")
+
+// Endpoint is one way to reach the user manager.
+type Endpoint struct {
+	Path string // unix socket
+	Bus  bool   // a bus daemon (Hello, AddMatch) rather than systemd itself
+}
+
+// UserManagerEndpoints lists, in the order runc and crun try them, where
+// the user manager of uid may listen, given the environment lookup getenv:
+// its private socket $XDG_RUNTIME_DIR/systemd/private (peer-to-peer, no
+// bus daemon in between), then the session bus from
+// $DBUS_SESSION_BUS_ADDRESS (unix:path= entries only) or
+// $XDG_RUNTIME_DIR/bus. XDG_RUNTIME_DIR defaults to /run/user/UID.
+func UserManagerEndpoints(getenv func(string) string, uid int) []Endpoint {
+	rt := getenv("XDG_RUNTIME_DIR")
+	if !filepath.IsAbs(rt) {
+		rt = "/run/user/" + strconv.Itoa(uid)
+	}
+	eps := []Endpoint{{Path: filepath.Join(rt, "systemd", "private")}}
+	var bus []string
+	if addr := getenv("DBUS_SESSION_BUS_ADDRESS"); addr != "" {
+		bus = unixPaths(addr)
+	} else {
+		bus = []string{filepath.Join(rt, "bus")}
+	}
+	for _, p := range bus {
+		eps = append(eps, Endpoint{Path: p, Bus: true})
+	}
+	return eps
+}
+
+// unixPaths extracts the socket paths of the unix:path= entries of a D-Bus
+// address list ("unix:path=/run/user/1000/bus;unix:abstract=x,guid=…").
+// Abstract sockets and other transports are skipped.
+func unixPaths(addrs string) []string {
+	var out []string
+	for _, a := range strings.Split(addrs, ";") {
+		kind, params, ok := strings.Cut(a, ":")
+		if !ok || kind != "unix" {
+			continue
+		}
+		for _, kv := range strings.Split(params, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			if k != "path" {
+				continue
+			}
+			// Values are URI-style escaped.
+			if p, err := url.PathUnescape(v); err == nil && filepath.IsAbs(p) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// Reachable returns the first endpoint whose socket exists, without
+// connecting.
+func Reachable(eps []Endpoint) (Endpoint, bool) {
+	for _, e := range eps {
+		if fi, err := os.Stat(e.Path); err == nil && fi.Mode().Type() == os.ModeSocket {
+			return e, true
+		}
+	}
+	return Endpoint{}, false
+}
+
+// Manager is a connection to a systemd manager. Not safe for concurrent
+// use.
+type Manager struct {
+	c  *Conn
+	ep Endpoint
+}
+
+// DialManager connects to the first endpoint that answers. The error of
+// each attempt is kept; all failing wraps ErrNoManager.
+func DialManager(ctx context.Context, eps []Endpoint, uid int) (*Manager, error) {
+	var errs []error
+	for _, e := range eps {
+		c, err := Dial(ctx, e.Path, uid, e.Bus)
+		if err == nil {
+			return &Manager{c: c, ep: e}, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", e.Path, err))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, fmt.Errorf("%w: %w", ErrNoManager, errors.Join(errs...))
+}
+
+// Endpoint is where the manager was reached.
+func (m *Manager) Endpoint() Endpoint { return m.ep }
+
+// Close closes the connection.
+func (m *Manager) Close() error { return m.c.Close() }
+
+func (m *Manager) call(ctx context.Context, iface, member string, sig Signature, args ...any) (*Message, error) {
+	return m.c.Call(ctx, &Message{
+		Destination: systemdName, Path: systemdPath, Interface: iface, Member: member,
+		Signature: sig, Body: args,
+	})
+}
+
+// isJobRemoved matches the JobRemoved signal "uoss" (id, job, unit, result).
+func isJobRemoved(s *Message) bool {
+	return s.Interface == managerIface && s.Member == "JobRemoved" && s.Signature == "uoss" && len(s.Body) == 4
+}
+
+// Subscribe asks the manager for its signals and, through a bus daemon,
+// routes JobRemoved to this connection. On the private socket systemd
+// sends signals to every peer anyway; Subscribe is harmless there.
+func (m *Manager) Subscribe(ctx context.Context) error {
+	m.c.Watch(isJobRemoved)
+	if m.ep.Bus {
+		rule := "type='signal',sender='" + systemdName + "',path='" + string(systemdPath) +
+			"',interface='" + managerIface + "',member='JobRemoved'"
+		if _, err := m.c.Call(ctx, &Message{
+			Destination: "org.freedesktop.DBus", Path: "/org/freedesktop/DBus",
+			Interface: "org.freedesktop.DBus", Member: "AddMatch", Signature: "s", Body: []any{rule},
+		}); err != nil {
+			return fmt.Errorf("sdbus: AddMatch: %w", err)
+		}
+	}
+	if _, err := m.call(ctx, managerIface, "Subscribe", ""); err != nil {
+		return fmt.Errorf("sdbus: Subscribe: %w", err)
+	}
+	return nil
+}
+
+// Property is one unit property for StartTransientUnit.
+type Property struct {
+	Name  string
+	Value Variant
+}
+
+// StartTransientUnit creates and starts a transient unit; it returns the
+// job's object path, whose JobRemoved signal tells the outcome.
+func (m *Manager) StartTransientUnit(ctx context.Context, name, mode string, props []Property) (ObjectPath, error) {
+	ps := make([]any, len(props))
+	for i, p := range props {
+		ps[i] = Struct{p.Name, p.Value}
+	}
+	r, err := m.call(ctx, managerIface, "StartTransientUnit", "ssa(sv)a(sa(sv))", name, mode, ps, []any{})
+	if err != nil {
+		return "", fmt.Errorf("sdbus: StartTransientUnit %s: %w", name, err)
+	}
+	return jobPath(r)
+}
+
+// StopUnit stops a unit; it returns the job's object path.
+func (m *Manager) StopUnit(ctx context.Context, name, mode string) (ObjectPath, error) {
+	r, err := m.call(ctx, managerIface, "StopUnit", "ss", name, mode)
+	if err != nil {
+		return "", fmt.Errorf("sdbus: StopUnit %s: %w", name, err)
+	}
+	return jobPath(r)
+}
+
+func jobPath(r *Message) (ObjectPath, error) {
+	if r.Signature != "o" {
+		return "", fmt.Errorf("sdbus: job reply has signature %q, want \"o\"", r.Signature)
+	}
+	return r.Body[0].(ObjectPath), nil
+}
+
+// WaitJob waits for the JobRemoved signal of job and returns its result
+// ("done", "canceled", "timeout", "failed", "dependency", "skipped").
+// Subscribe must have been called before the job was queued.
+func (m *Manager) WaitJob(ctx context.Context, job ObjectPath) (string, error) {
+	s, err := m.c.WaitSignal(ctx, func(s *Message) bool {
+		return isJobRemoved(s) && s.Body[1] == job
+	})
+	if err != nil {
+		return "", fmt.Errorf("sdbus: waiting for job %s: %w", job, err)
+	}
+	return s.Body[3].(string), nil
+}
+
+// ControlGroup reads the manager's own cgroup (the Manager's ControlGroup
+// property), e.g. /user.slice/user-1000.slice/user@1000.service.
+func (m *Manager) ControlGroup(ctx context.Context) (string, error) {
+	r, err := m.call(ctx, propertiesFace, "Get", "ss", managerIface, "ControlGroup")
+	if err != nil {
+		return "", fmt.Errorf("sdbus: get ControlGroup: %w", err)
+	}
+	if r.Signature != "v" {
+		return "", fmt.Errorf("sdbus: ControlGroup reply has signature %q", r.Signature)
+	}
+	v := r.Body[0].(Variant)
+	s, ok := v.Value.(string)
+	if !ok {
+		return "", fmt.Errorf("sdbus: ControlGroup is a %q, want a string", v.Sig)
+	}
+	return s, nil
+}
+
+// IsNoSuchUnit reports whether err is systemd's "unit not loaded".
+func IsNoSuchUnit(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Name == ErrNoSuchUnit
+}
