@@ -38,6 +38,9 @@ type Cgroup struct {
 	mu      sync.Mutex
 	fd      int // v2 directory fd for CLONE_INTO_CGROUP; -1 when closed or v1
 	deleted bool
+	// scope is set when the cgroup lives in a transient systemd scope
+	// made at the first Add (see scope_linux.go); dirs is empty until then.
+	scope *scope
 }
 
 type cgDir struct {
@@ -81,6 +84,9 @@ func (c *Cgroup) FD() int {
 func (c *Cgroup) Add(pid int) error {
 	if pid <= 0 {
 		return fmt.Errorf("cgroups: add: invalid pid %d", pid)
+	}
+	if c.scope != nil && len(c.dirs) == 0 {
+		return c.placeInScope(pid)
 	}
 	for _, d := range c.dirs {
 		if err := writeFile(filepath.Join(d.leaf, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
@@ -140,6 +146,9 @@ func (c *Cgroup) Populated() (bool, error) {
 // nor exit, so the pids cannot be reused under us), and it is thawed so the
 // signals land; repeated until empty.
 func (c *Cgroup) Kill() error {
+	if len(c.dirs) == 0 && c.scope != nil {
+		return nil // nothing was placed yet; stopping the scope kills the rest
+	}
 	if len(c.dirs) == 0 {
 		return errNotCreated
 	}
@@ -276,6 +285,9 @@ func (c *Cgroup) thaw() {
 
 // dir returns the leaf directory of the hierarchy carrying controller ctl.
 func (c *Cgroup) dir(ctl string) (string, bool) {
+	if len(c.dirs) == 0 {
+		return "", false // a scope not placed yet
+	}
 	if c.v2 {
 		return c.dirs[0].leaf, true
 	}
@@ -377,11 +389,19 @@ func (c *Cgroup) Delete() error {
 		return fmt.Errorf("cgroups: delete %s: %w", c.id, errors.Join(errs...))
 	}
 	for _, d := range c.dirs {
+		if c.scope != nil {
+			break // the parent is the scope's cgroup, which systemd removes
+		}
 		// Busy or not empty: another sandbox uses it, and the last one
 		// out removes it.
 		err := unix.Rmdir(d.parent)
 		if err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.ENOENT) {
 			c.log.Debug("cgroups: remove parent", "dir", d.parent, "err", err)
+		}
+	}
+	if c.scope != nil {
+		if err := c.scope.stop(c.log.Warn); err != nil {
+			return fmt.Errorf("cgroups: delete %s: %w", c.id, err)
 		}
 	}
 	if c.record != "" {

@@ -18,6 +18,7 @@ import (
 type hierarchy struct {
 	controllers []string // v1 controllers on this mount; nil for v2
 	mount       string   // mountpoint
+	root        string   // the cgroup the mount shows at its mountpoint
 	readOnly    bool
 	// caller is the directory of the caller's own cgroup in this hierarchy.
 	caller string
@@ -108,7 +109,7 @@ func preferMount(a, b mountEntry) bool {
 // hierarchyFor maps the caller's cgroup path (as /proc/self/cgroup shows it)
 // to a directory under the mount.
 func hierarchyFor(e mountEntry, cgPath string) hierarchy {
-	h := hierarchy{controllers: e.controllers, mount: e.mountpoint, readOnly: e.readOnly}
+	h := hierarchy{controllers: e.controllers, mount: e.mountpoint, root: e.root, readOnly: e.readOnly}
 	rel, ok := relativeTo(e.root, cgPath)
 	if !ok {
 		h.caller, h.outside = e.mountpoint, true

@@ -12,7 +12,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/agentrun/agentrun/internal/sdbus"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
@@ -39,6 +41,9 @@ type Options struct {
 	// Logger receives notes about skipped optional controllers and moved
 	// processes. Default: discarded.
 	Logger *slog.Logger
+	// SystemdTimeout bounds each conversation with the systemd user
+	// manager about a transient scope. Default DefaultSystemdTimeout.
+	SystemdTimeout time.Duration
 }
 
 // Manager creates sandbox cgroups on this host for this caller. It detects
@@ -50,6 +55,10 @@ type Manager struct {
 	stateDir string
 	log      *slog.Logger
 	self     owner
+	// sdEndpoints are where the caller's systemd user manager may listen
+	// (rootless only), for transient scopes; sdTimeout bounds each talk.
+	sdEndpoints []sdbus.Endpoint
+	sdTimeout   time.Duration
 }
 
 // owner identifies a runtime process across pid reuse.
@@ -98,6 +107,13 @@ func NewManager(opts Options) (*Manager, error) {
 	if m.stateDir == "" {
 		m.stateDir = defaultStateDir(m.euid)
 	}
+	m.sdTimeout = opts.SystemdTimeout
+	if m.sdTimeout <= 0 {
+		m.sdTimeout = DefaultSystemdTimeout
+	}
+	if m.euid != 0 {
+		m.sdEndpoints = sdbus.UserManagerEndpoints(os.Getenv, m.euid)
+	}
 	return m, nil
 }
 
@@ -125,6 +141,9 @@ type plan struct {
 	v2   bool
 	dirs []planDir
 	req  []string // controllers the limits need
+	// scope is set when the cgroup goes into a transient systemd scope;
+	// dirs[0].base is then the user manager's cgroup.
+	scope *scopePlan
 }
 
 type planDir struct {
@@ -139,7 +158,8 @@ func (m *Manager) Check(res *specs.LinuxResources) error {
 	if err != nil {
 		return err
 	}
-	_, err = m.plan(l)
+	p, err := m.plan(l)
+	p.close()
 	return err
 }
 
@@ -249,6 +269,11 @@ func (m *Manager) planV2(req []string) (plan, error) {
 				return plan{}, unusable(ErrNoDelegation, fmt.Sprintf(
 					"cgroup v2 at %s is read-only: remount it read-write or run agentrun where cgroupfs is writable", h.mount))
 			}
+			// Not delegated: a transient scope from the user
+			// manager is the other way to a delegated cgroup.
+			if m.euid != 0 {
+				return m.planScope(req, base)
+			}
 			return plan{}, unusable(ErrNoDelegation, m.noDelegationMsg(base))
 		}
 	}
@@ -331,12 +356,20 @@ func (m *Manager) Info() Info {
 		}
 	case m.lay.v2 != nil:
 		inf.Driver = "v2"
+		if ep, ok := sdbus.Reachable(m.sdEndpoints); ok {
+			inf.UserManager = ep.Path
+		}
 		root, _ := readList(filepath.Join(m.lay.v2.mount, "cgroup.controllers"))
 		inf.Available = append(inf.Available, root...)
 		if p, err := m.planV2(nil); err == nil {
+			p.close()
 			inf.Usable = append(inf.Usable, p.dirs[0].controllers...)
 			inf.Base = p.dirs[0].base
 			inf.Delegated = m.euid != 0
+			if p.scope != nil {
+				inf.Scope = true
+				inf.Base = p.scope.manager
+			}
 		} else if base, err := m.v2Base(); err == nil {
 			inf.Base = base
 		}
@@ -394,6 +427,9 @@ func (m *Manager) Create(id string, res *specs.LinuxResources) (*Cgroup, error) 
 	p, err := m.plan(l)
 	if err != nil {
 		return nil, err
+	}
+	if p.scope != nil {
+		return m.createScope(id, p, l)
 	}
 	cg := &Cgroup{id: id, v2: p.v2, fd: -1, log: m.log}
 	rec := record{

@@ -26,6 +26,10 @@ type record struct {
 	OwnerPID   int      `json:"owner_pid"`
 	OwnerStart uint64   `json:"owner_start"`
 	OwnerPidNS uint64   `json:"owner_pidns"`
+	// Scope names the transient systemd scope holding the cgroup (rootless
+	// v2 without delegation); Paths is empty until the sandbox's init was
+	// placed in it.
+	Scope string `json:"scope,omitempty"`
 }
 
 // defaultStateDir picks the record directory for euid (see Options).
@@ -68,6 +72,24 @@ func (m *Manager) writeRecord(rec record) (string, error) {
 		return "", fmt.Errorf("cgroups: record: %w", err)
 	}
 	return path, nil
+}
+
+// rewriteRecord replaces the record at path with rec, atomically: a
+// concurrent Sweep reads the old or the new one, never a torn one.
+func (m *Manager) rewriteRecord(path string, rec record) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("cgroups: record: %w", err)
+	}
+	tmp := path + ".tmp" // not *.json: Sweep skips it
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("cgroups: record: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("cgroups: record: %w", err)
+	}
+	return nil
 }
 
 // Sweep removes the cgroups of runtimes that died without cleaning up: for
@@ -135,7 +157,11 @@ func (m *Manager) sweepOne(path string) (bool, error) {
 	for _, p := range rec.Paths {
 		cg.dirs = append(cg.dirs, cgDir{parent: filepath.Dir(p), leaf: p, controllers: m.controllersAt(p)})
 	}
-	m.log.Info("cgroups: sweeping cgroup of a dead runtime", "id", rec.ID, "owner_pid", rec.OwnerPID, "paths", rec.Paths)
+	if rec.Scope != "" {
+		// The dead runtime may or may not have got its scope started.
+		cg.scope = &scope{m: m, unit: rec.Scope, rec: rec, started: true}
+	}
+	m.log.Info("cgroups: sweeping cgroup of a dead runtime", "id", rec.ID, "owner_pid", rec.OwnerPID, "paths", rec.Paths, "scope", rec.Scope)
 	if err := cg.Delete(); err != nil {
 		return false, fmt.Errorf("cgroups: sweep %s: %w", rec.ID, err)
 	}
@@ -161,12 +187,24 @@ func (m *Manager) ownerAlive(rec record) bool {
 // validRecord refuses records that would make Sweep kill or remove anything
 // but a sandbox cgroup: each path must be <cgroup mount>/…/<parent>/<id>.
 func (m *Manager) validRecord(rec record) error {
-	if validID(rec.ID) != nil || validID(rec.Parent) != nil || len(rec.Paths) == 0 {
+	if validID(rec.ID) != nil || validID(rec.Parent) != nil {
+		return errors.New("malformed record")
+	}
+	// A sandbox cgroup is <base>/<parent>/<id>, or <scope>/<id> inside
+	// the sandbox's own transient scope, which may not exist yet.
+	parent := rec.Parent
+	switch {
+	case rec.Scope != "":
+		if rec.Scope != scopeUnit(rec.ID) || !rec.V2 {
+			return fmt.Errorf("scope %q is not the sandbox's", rec.Scope)
+		}
+		parent = rec.Scope
+	case len(rec.Paths) == 0:
 		return errors.New("malformed record")
 	}
 	for _, p := range rec.Paths {
 		if !filepath.IsAbs(p) || filepath.Clean(p) != p || filepath.Base(p) != rec.ID ||
-			filepath.Base(filepath.Dir(p)) != rec.Parent || !m.underCgroupMount(p, rec.V2) {
+			filepath.Base(filepath.Dir(p)) != parent || !m.underCgroupMount(p, rec.V2) {
 			return fmt.Errorf("path %q is not a sandbox cgroup", p)
 		}
 	}

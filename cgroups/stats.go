@@ -39,6 +39,13 @@ type Info struct {
 	Base string `json:"base,omitempty"`
 	// Delegated is set for a non-root caller owning a delegated v2 subtree.
 	Delegated bool `json:"delegated,omitempty"`
+	// Scope is set when a rootless caller's limits go into a transient
+	// systemd scope with Delegate=yes, asked of its user manager; Base is
+	// then the user manager's cgroup.
+	Scope bool `json:"scope,omitempty"`
+	// UserManager is the socket of the caller's systemd user manager, when
+	// one exists (rootless only).
+	UserManager string `json:"user_manager,omitempty"`
 	// Kill names how a tree is killed: "cgroup.kill", "freezer" or "signals".
 	Kill string `json:"kill,omitempty"`
 	// Problem is the one-line reason Usable is short, if it is.

@@ -378,11 +378,14 @@ func checkCgroups(env Env) CgroupReport {
 		if inf.Driver == "v1" {
 			c.RootlessDetail = "none: cgroup v1 hierarchies are root-owned and cannot be delegated safely"
 		} else {
-			c.RootlessDetail = "needs a delegated subtree (systemd: Delegate=yes on user@.service or a scope from systemd-run --user --scope -p Delegate=yes); run `agentrun probe` as that user to see it"
+			c.RootlessDetail = "needs a delegated subtree (its own cgroup delegated by systemd, e.g. systemd-run --user --scope -p Delegate=yes) or a systemd user manager that agentrun asks for a Delegate=yes transient scope; run `agentrun probe` as that user to see it"
 		}
 	default:
 		c.Rootless = limitable(inf.Usable)
 		c.RootlessDetail = inf.Problem
+		if inf.Scope && c.RootlessDetail == "" {
+			c.RootlessDetail = "through a transient scope (Delegate=yes) of the systemd user manager at " + inf.UserManager
+		}
 		// Root can use what the host mounts (v1) or the root cgroup
 		// offers (v2).
 		c.Root = limitable(inf.Available)
@@ -630,6 +633,18 @@ func (r Report) WriteTable(w io.Writer) error {
 		row("cgroup limits (this caller)", true, fmt.Sprintf("%s; kill via %s; under %s", orNone(cg.Usable), orDash(cg.Kill), orDash(cg.Base)))
 	} else {
 		row("cgroup limits (this caller)", false, firstNonEmpty(cg.Problem, cg.Error))
+	}
+	if r.UID != 0 && cg.Driver == "v2" {
+		switch {
+		case cg.UserManager == "":
+			row("systemd user manager", false, "none reachable: rootless limits need a delegated cgroup of the caller's own")
+		case cg.Scope:
+			row("systemd user manager", true, "at "+cg.UserManager+"; rootless limits go into a transient scope (Delegate=yes) per sandbox")
+		case cg.Delegated:
+			row("systemd user manager", true, "at "+cg.UserManager+"; not needed: the caller's own cgroup is delegated")
+		default:
+			row("systemd user manager", false, "at "+cg.UserManager+", but no transient scope is usable: see the cgroup limits row")
+		}
 	}
 	row("cgroup limits (root)", len(cg.Root) > 0, orNone(cg.Root))
 	if len(cg.Rootless) > 0 {

@@ -239,3 +239,26 @@ func TestRunNothingProbed(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRootlessThroughScope: a rootless caller whose cgroup is not delegated
+// but whose systemd user manager answers gets limits through a transient
+// scope, and the report says so.
+func TestRootlessThroughScope(t *testing.T) {
+	env := fakeHost()
+	env.Cgroups = func() (cgroups.Info, error) {
+		return cgroups.Info{Mode: cgroups.Unified, Driver: "v2", Available: []string{"cpu", "io", "memory", "pids"},
+			Usable: []string{"cpu", "memory", "pids"}, Base: "/sys/fs/cgroup/user.slice/user-1000.slice/user@1000.service",
+			Scope: true, UserManager: "/run/user/1000/systemd/private", Kill: "cgroup.kill"}, nil
+	}
+	r := Run(env)
+	if len(r.Cgroups.Rootless) != 3 || !strings.Contains(r.Cgroups.RootlessDetail, "transient scope") {
+		t.Errorf("rootless: %+v", r.Cgroups)
+	}
+	var table bytes.Buffer
+	if err := r.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table.String(), "systemd user manager") || !strings.Contains(table.String(), "/run/user/1000/systemd/private; rootless limits go into a transient scope") {
+		t.Errorf("table:\n%s", table.String())
+	}
+}

@@ -1,0 +1,446 @@
+//go:build linux
+
+package cgroups
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentrun/agentrun/internal/sdbus"
+	"github.com/agentrun/agentrun/internal/sdbus/sdbustest"
+)
+
+// holdIfScope gives a scope-backed cgroup (rootless through the systemd
+// user manager) the process it needs to exist: a sleep placed with Add.
+// Other cgroups exist from Create on.
+func holdIfScope(t *testing.T, cg *Cgroup) {
+	t.Helper()
+	if cg.scope != nil && len(cg.dirs) == 0 {
+		startIn(t, cg, exec.Command("sleep", "300"), true)
+	}
+}
+
+// fakeScopes is a cgroup v2 tree plus a fake systemd user manager that
+// "owns" a cgroup in it and makes scopes there as root, the way systemd
+// would: the protocol and every error path of the scope code run against
+// it. On the development hosts the controllers live in cgroup v1 and the
+// v2 tree has none, so there only placement, kill and cleanup are real;
+// in the VM's root mode the same test also enforces limits. The real
+// user manager is covered by TestScopeRealUserManager (vmtest mode
+// user-systemd).
+type fakeScopes struct {
+	m       *Manager // v2 driver, endpoints at the fake
+	fake    *sdbustest.Manager
+	manager string // the fake manager's cgroup directory
+}
+
+func newFakeScopes(t *testing.T, configure func(f *sdbustest.Manager)) *fakeScopes {
+	t.Helper()
+	base := testManager(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the fake manager moves processes between cgroups")
+	}
+	if base.lay.v2 == nil || base.lay.v2.outside {
+		t.Skipf("mode %s: no cgroup2 tree to make scopes in", base.Mode())
+	}
+	h := base.lay.v2
+	rel := fmt.Sprintf("/agentrun-test-%d-usermgr", os.Getpid())
+	dir := filepath.Join(h.mount, rel)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, d := range subdirsDeepestFirst(dir) {
+			if err := rmdirRetry(d, time.Now().Add(2*time.Second)); err != nil {
+				t.Errorf("cleanup: %v", err)
+			}
+		}
+	})
+	// What systemd does for a Delegate=yes user@.service: the manager's
+	// children get every controller the tree offers.
+	avail, _ := readList(filepath.Join(dir, "cgroup.controllers"))
+	wanted := v2Wanted()
+	for _, c := range avail {
+		if slices.Contains(wanted[:], c) {
+			_ = writeFile(filepath.Join(dir, "cgroup.subtree_control"), "+"+c)
+		}
+	}
+	rt := t.TempDir()
+	f := &sdbustest.Manager{ControlGroup: rel}
+	f.OnStart = func(c sdbustest.Call) (string, *sdbus.Error) {
+		// systemd: create the scope's cgroup and move the PIDs in.
+		sd := filepath.Join(dir, c.Unit)
+		if err := os.Mkdir(sd, 0o755); err != nil {
+			return "", &sdbus.Error{Name: "org.freedesktop.systemd1.UnitExists", Message: err.Error()}
+		}
+		for _, p := range c.Props["PIDs"].Value.([]any) {
+			if err := writeFile(filepath.Join(sd, "cgroup.procs"), strconv.Itoa(int(p.(uint32)))); err != nil {
+				return "failed", nil
+			}
+		}
+		return "done", nil
+	}
+	f.OnStop = func(c sdbustest.Call) (string, *sdbus.Error) {
+		// systemd: kill what is left (KillSignal=SIGKILL) and trim the
+		// scope's cgroup, children included.
+		sd := filepath.Join(dir, c.Unit)
+		if !exists(sd) {
+			return "", &sdbus.Error{Name: sdbus.ErrNoSuchUnit, Message: "Unit " + c.Unit + " not loaded."}
+		}
+		_ = writeFile(filepath.Join(sd, "cgroup.kill"), "1")
+		for _, d := range subdirsDeepestFirst(sd) {
+			if err := rmdirRetry(d, time.Now().Add(2*time.Second)); err != nil {
+				return "failed", nil
+			}
+		}
+		return "done", nil
+	}
+	if configure != nil {
+		configure(f)
+	}
+	f.ServeUserManager(t, rt)
+	m := *base
+	m.lay.useV1 = false
+	m.sdEndpoints = sdbus.UserManagerEndpoints(func(k string) string {
+		if k == "XDG_RUNTIME_DIR" {
+			return rt
+		}
+		return ""
+	}, 0)
+	m.sdTimeout = 3 * time.Second
+	return &fakeScopes{m: &m, fake: f, manager: dir}
+}
+
+// create plans and creates a scope-backed cgroup the way Create does for
+// a rootless caller without delegation (the test runs as root, whose own
+// plan would never take this path).
+func (fs *fakeScopes) create(t *testing.T, id string, l limits) (*Cgroup, error) {
+	t.Helper()
+	p, err := fs.m.planScope(l.required(), "/caller")
+	if err != nil {
+		return nil, err
+	}
+	return fs.m.createScope(id, p, l)
+}
+
+func (fs *fakeScopes) members() []string {
+	var out []string
+	for _, c := range fs.fake.Calls() {
+		out = append(out, c.Member)
+	}
+	return out
+}
+
+func readRecord(t *testing.T, path string) record {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r record
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestScopeWithFakeManager(t *testing.T) {
+	fs := newFakeScopes(t, nil)
+	avail, _ := readList(filepath.Join(fs.manager, "cgroup.controllers"))
+	var l limits
+	if slices.Contains(avail, Pids) {
+		l.pids = 32 // only where the tree has the controller (the VM)
+	}
+	cg, err := fs.create(t, "scoped", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.Delete()
+	unit := "agentrun-scoped.scope"
+	if cg.FD() >= 0 || len(cg.Paths()) != 0 {
+		t.Fatalf("a scope-backed cgroup has no directory before Add: fd %d, paths %v", cg.FD(), cg.Paths())
+	}
+	if rec := readRecord(t, cg.record); rec.Scope != unit || len(rec.Paths) != 0 {
+		t.Fatalf("record before placement: %+v", rec)
+	}
+	s := startIn(t, cg, exec.Command("/bin/sh", "-c", "read x; sleep 300 & sleep 300"), true)
+	pid := s.cmd.Process.Pid
+	leaf := filepath.Join(fs.manager, unit, "scoped")
+	if !reflect.DeepEqual(cg.Paths(), []string{leaf}) {
+		t.Fatalf("paths %v, want [%s]", cg.Paths(), leaf)
+	}
+	if b, _ := os.ReadFile(filepath.Join(fs.manager, unit, "cgroup.procs")); len(parsePids(b)) != 0 {
+		t.Errorf("the scope itself still holds %v: it must be an inner node", parsePids(b))
+	}
+	if rec := readRecord(t, cg.record); !reflect.DeepEqual(rec.Paths, []string{leaf}) {
+		t.Errorf("record after placement: %+v", rec)
+	}
+	if l.pids > 0 {
+		if got := readCg(t, cg, Pids, "pids.max"); got != "32" {
+			t.Errorf("pids.max = %q", got)
+		}
+	}
+	calls := fs.fake.Calls()
+	start := calls[slices.IndexFunc(calls, func(c sdbustest.Call) bool { return c.Member == "StartTransientUnit" })]
+	if start.Unit != unit || start.Mode != "fail" {
+		t.Errorf("StartTransientUnit(%q, %q)", start.Unit, start.Mode)
+	}
+	want := map[string]sdbus.Variant{
+		"PIDs":        {Sig: "au", Value: []any{uint32(pid)}},
+		"Delegate":    {Sig: "b", Value: true},
+		"CollectMode": {Sig: "s", Value: "inactive-or-failed"},
+		"KillSignal":  {Sig: "i", Value: int32(9)},
+		"Description": {Sig: "s", Value: "agentrun sandbox scoped"},
+	}
+	if !reflect.DeepEqual(start.Props, want) {
+		t.Errorf("properties %#v\nwant %#v", start.Props, want)
+	}
+	s.go_(t)
+	if err := cg.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	s.wait(t, 5*time.Second)
+	if err := cg.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{leaf, filepath.Dir(leaf), cg.record} {
+		if exists(p) {
+			t.Errorf("%s left after Delete", p)
+		}
+	}
+	if got := fs.members(); !reflect.DeepEqual(got, []string{"Get", "Subscribe", "StartTransientUnit", "Subscribe", "StopUnit"}) {
+		t.Errorf("calls %v", got)
+	}
+}
+
+func TestScopeErrors(t *testing.T) {
+	cases := []struct {
+		name      string
+		configure func(f *sdbustest.Manager)
+		want      string // in the error
+		kind      error
+		stops     bool // Delete must stop the unit
+	}{
+		{"error reply", func(f *sdbustest.Manager) {
+			f.OnStart = func(sdbustest.Call) (string, *sdbus.Error) {
+				return "", &sdbus.Error{Name: "org.freedesktop.DBus.Error.AccessDenied", Message: "no"}
+			}
+		}, "refused the Delegate=yes scope", ErrNoDelegation, false},
+		{"job failed", func(f *sdbustest.Manager) {
+			f.OnStart = func(sdbustest.Call) (string, *sdbus.Error) { return "failed", nil }
+		}, "(job failed;", ErrNoDelegation, true},
+		// No answer: the unit may have been made, so Delete stops it.
+		{"manager hangs", func(f *sdbustest.Manager) { f.Hang = true }, contextDeadline, nil, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := newFakeScopes(t, tc.configure)
+			fs.m.sdTimeout = 500 * time.Millisecond
+			cg, err := fs.create(t, "broken", limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command("sleep", "300")
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { cmd.Process.Kill(); cmd.Wait() }()
+			began := time.Now()
+			err = cg.Add(cmd.Process.Pid)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("Add: %v, want one line with %q", err, tc.want)
+			}
+			if tc.kind != nil && !errors.Is(err, tc.kind) {
+				t.Errorf("want %v, got %v", tc.kind, err)
+			}
+			if d := time.Since(began); d > 3*time.Second {
+				t.Errorf("Add took %v", d)
+			}
+			t.Log(err)
+			if err := cg.Delete(); err != nil {
+				t.Fatal(err)
+			}
+			if stopped := slices.Contains(fs.members(), "StopUnit"); stopped != tc.stops {
+				t.Errorf("StopUnit called: %v, want %v (%v)", stopped, tc.stops, fs.members())
+			}
+			if exists(cg.record) {
+				t.Error("record left")
+			}
+		})
+	}
+}
+
+// contextDeadline is how a deadline shows in an error.
+const contextDeadline = "context deadline exceeded"
+
+// TestScopePlanRefusals: what planScope refuses before anything exists,
+// each as one line that says how to get delegation.
+func TestScopePlanRefusals(t *testing.T) {
+	t.Run("no manager", func(t *testing.T) {
+		m := testManager(t)
+		if m.lay.v2 == nil {
+			t.Skip("no cgroup2 tree")
+		}
+		m.sdEndpoints = sdbus.UserManagerEndpoints(func(string) string { return t.TempDir() }, 1000)
+		m.euid = 1000
+		_, err := m.planScope(nil, "/sys/fs/cgroup/user.slice/user-1000.slice/session-1.scope")
+		if !errors.Is(err, ErrNoDelegation) || strings.Contains(err.Error(), "\n") ||
+			!strings.Contains(err.Error(), "no systemd user manager is reachable") || !strings.Contains(err.Error(), "Delegate=yes") {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("controller not delegated to the manager", func(t *testing.T) {
+		fs := newFakeScopes(t, nil)
+		avail, _ := readList(filepath.Join(fs.manager, "cgroup.controllers"))
+		if slices.Contains(avail, Memory) {
+			// In the VM every controller is there: take memory away.
+			if err := writeFile(filepath.Join(filepath.Dir(fs.manager), "cgroup.subtree_control"), "-"+Memory); err != nil {
+				t.Skipf("cannot take memory away from %s: %v", fs.manager, err)
+			}
+			defer writeFile(filepath.Join(filepath.Dir(fs.manager), "cgroup.subtree_control"), "+"+Memory)
+		}
+		_, err := fs.create(t, "nomem", limits{memory: 64 << 20})
+		if !errors.Is(err, ErrNoController) || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "Delegate=pids memory cpu") {
+			t.Fatalf("got %v", err)
+		}
+		if got := fs.members(); !reflect.DeepEqual(got, []string{"Get"}) {
+			t.Errorf("calls %v: nothing may be started", got)
+		}
+		if ents, _ := os.ReadDir(fs.m.stateDir); len(ents) != 0 {
+			t.Errorf("records written: %v", ents)
+		}
+	})
+}
+
+// TestScopeSweep: the records of a runtime killed with SIGKILL, with the
+// scope placed (paths known) and before placement (paths unknown), are
+// swept: processes killed, leaf removed, scope stopped.
+func TestScopeSweep(t *testing.T) {
+	fs := newFakeScopes(t, nil)
+	dead := exec.Command("/bin/true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	ghost := *fs.m
+	ghost.self = owner{pid: dead.Process.Pid, start: 1, pidns: fs.m.self.pidns}
+	gfs := &fakeScopes{m: &ghost, fake: fs.fake, manager: fs.manager}
+
+	placed, err := gfs.create(t, "placed", limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startIn(t, placed, exec.Command("/bin/sh", "-c", "read x; sleep 300"), true)
+	s.go_(t)
+	unplaced, err := gfs.create(t, "unplaced", limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unplaced.scope.conn.Close() // the runtime died before placement
+	// The unit exists, as it would if the runtime died between the
+	// manager's reply and the record's update.
+	if err := os.Mkdir(filepath.Join(fs.manager, "agentrun-unplaced.scope"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	n, err := fs.m.Sweep()
+	if err != nil || n != 2 {
+		t.Fatalf("Sweep: %d, %v; want 2", n, err)
+	}
+	s.wait(t, 5*time.Second)
+	for _, p := range []string{placed.Paths()[0], filepath.Join(fs.manager, "agentrun-placed.scope"),
+		filepath.Join(fs.manager, "agentrun-unplaced.scope"), placed.record, unplaced.record} {
+		if exists(p) {
+			t.Errorf("%s survived the sweep", p)
+		}
+	}
+	stops := 0
+	for _, c := range fs.fake.Calls() {
+		if c.Member == "StopUnit" {
+			stops++
+		}
+	}
+	if stops != 2 {
+		t.Errorf("%d StopUnit calls, want 2", stops)
+	}
+}
+
+// TestSweepRefusesForeignScope: a record naming another unit is refused.
+func TestSweepRefusesForeignScope(t *testing.T) {
+	m := testManager(t)
+	if m.lay.v2 == nil {
+		t.Skip("no cgroup2 tree")
+	}
+	rec := record{Version: 1, ID: "x", Parent: "agentrun", V2: true, Scope: "user@1000.service"}
+	if err := m.validRecord(rec); err == nil {
+		t.Fatal("accepted a record naming another unit")
+	}
+	rec.Scope = scopeUnit("x")
+	rec.Paths = []string{filepath.Join(m.lay.v2.mount, "agentrun-y.scope", "x")}
+	if err := m.validRecord(rec); err == nil {
+		t.Fatal("accepted a path outside the sandbox's scope")
+	}
+	rec.Paths = []string{filepath.Join(m.lay.v2.mount, "u", scopeUnit("x"), "x")}
+	if err := m.validRecord(rec); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestScopeRealUserManager: as a user whose cgroup is not delegated but
+// who has a systemd user manager (vmtest mode user-systemd), limits go
+// into a real transient scope, hold, and nothing is left afterwards.
+func TestScopeRealUserManager(t *testing.T) {
+	m := testManager(t)
+	if os.Getenv("VMTEST_MODE") != "user-systemd" {
+		if inf := m.Info(); !inf.Scope {
+			t.Skip("no transient scope here (needs a rootless caller without delegation and a systemd user manager; vmtest mode user-systemd)")
+		}
+	}
+	if err := m.Check(allLimits()); err != nil {
+		t.Fatalf("limits through the user manager: %v", err)
+	}
+	cg := create(t, m, "real-scope", allLimits())
+	if cg.scope == nil {
+		t.Fatal("not scope-backed")
+	}
+	s := startIn(t, cg, helper("memhog"), true)
+	dir := filepath.Dir(cg.Paths()[0])
+	if filepath.Base(dir) != "agentrun-real-scope.scope" {
+		t.Fatalf("cgroup %s is not in the sandbox's scope", cg.Paths()[0])
+	}
+	for file, want := range map[string]string{"memory.max": "67108864", "pids.max": "64", "cpu.max": "50000 100000"} {
+		if got := readCg(t, cg, "", file); got != want {
+			t.Errorf("%s = %q, want %q", file, got, want)
+		}
+	}
+	s.go_(t)
+	err := s.wait(t, 60*time.Second)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || !ee.ProcessState.Sys().(syscall.WaitStatus).Signaled() {
+		t.Errorf("memhog: %v, want killed by the OOM killer", err)
+	}
+	st, err := cg.Stats()
+	if err != nil || !st.OOMKilled {
+		t.Errorf("stats %+v %v: want OOMKilled", st, err)
+	}
+	if err := cg.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for exists(dir) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if exists(dir) {
+		t.Errorf("scope %s left after Delete", dir)
+	}
+}
