@@ -1,0 +1,80 @@
+//go:build linux
+
+package agentrun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/agentrun/agentrun/nsinit"
+	"github.com/agentrun/agentrun/seccomp"
+)
+
+// The test binary doubles as the re-exec'd Go init for runs that use it
+// (AGENTRUN_INIT=go, or a build without cgo).
+func TestMain(m *testing.M) {
+	nsinit.Dispatch()
+	os.Exit(m.Run())
+}
+
+// BenchmarkRun measures the library's spawn path end to end: Run with the
+// default Policy starting /bin/true, from NewHostInfo to the Result, with
+// the cgroup, the seccomp filter (from a warm disk cache, as the CLI has
+// it) and every namespace; "net=host" leaves out the network namespace.
+// No CLI start-up is included.
+func BenchmarkRun(b *testing.B) {
+	ws := b.TempDir()
+	cache := &seccomp.DiskCache{Dir: filepath.Join(b.TempDir(), "seccomp")}
+	for _, net := range []NetworkMode{NetworkNone, NetworkHost} {
+		b.Run("net="+string(net), func(b *testing.B) {
+			p := &Policy{Workspace: ws, Network: net, Command: []string{"/bin/true"}}
+			opts := Options{SeccompCache: cache}
+			// One untimed run: it fills the cache and tells whether this
+			// host can build a sandbox at all.
+			if err := runTrue(p, opts); err != nil {
+				var se *SetupError
+				if errors.As(err, &se) && (se.Step == "user namespace" || se.Step == "clone") {
+					b.Skipf("no sandbox here (needs user namespaces or root): %v", err)
+				}
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := runTrue(p, opts); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func runTrue(p *Policy, opts Options) error {
+	res, err := Run(context.Background(), p, opts)
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 {
+		return fmt.Errorf("/bin/true in the sandbox: exit %d, signal %d %s", res.ExitCode, res.Signal, res.Error)
+	}
+	return nil
+}
+
+// BenchmarkCompile measures the Policy → Spec step of Run for the default
+// Policy: NewHostInfo (workspace resolution, its owner, the environment)
+// and Compile (system mounts, /etc entries, the default seccomp profile).
+func BenchmarkCompile(b *testing.B) {
+	p := &Policy{Workspace: b.TempDir(), Command: []string{"/bin/true"}}
+	for b.Loop() {
+		h, err := NewHostInfo(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := Compile(p, h); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
