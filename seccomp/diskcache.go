@@ -1,8 +1,10 @@
 package seccomp
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -28,13 +30,122 @@ type DiskCache struct {
 	mem Cache
 }
 
-// diskEntry is the stored form of a Program.
-type diskEntry struct {
-	Filter  []byte            `json:"filter"`
-	Flags   Flags             `json:"flags"`
-	Skipped []string          `json:"skipped,omitempty"`
-	Names   map[uint64]string `json:"names,omitempty"`
+// The stored form of a Program is a small binary record rather than JSON:
+// decoding it is on every CLI spawn's path, and JSON's base64 filter and
+// name map cost several times the rest of a cache hit.
+//
+//	"ARSC" u16(version) u32(flags) u32(len) filter
+//	u32(n) n × (u16(len) name)                skipped
+//	u32(n) n × (u64(key) u16(len) name)       names
+//
+// Integers are little-endian.
+const (
+	diskMagic   = "ARSC"
+	diskVersion = 1
+	diskExt     = ".bin"
+)
+
+func encodeEntry(prog *Program) []byte {
+	b := make([]byte, 0, 64+len(prog.Filter)+32*len(prog.names))
+	b = append(b, diskMagic...)
+	b = binary.LittleEndian.AppendUint16(b, diskVersion)
+	b = binary.LittleEndian.AppendUint32(b, uint32(prog.Flags))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(prog.Filter)))
+	b = append(b, prog.Filter...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(prog.Skipped)))
+	for _, s := range prog.Skipped {
+		b = appendName(b, s)
+	}
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(prog.names)))
+	for k, s := range prog.names {
+		b = binary.LittleEndian.AppendUint64(b, k)
+		b = appendName(b, s)
+	}
+	return b
 }
+
+func appendName(b []byte, s string) []byte {
+	if len(s) > 0xffff {
+		s = s[:0xffff]
+	}
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(s)))
+	return append(b, s...)
+}
+
+// decodeEntry parses a stored record; any inconsistency is an error and
+// the caller recompiles.
+func decodeEntry(b []byte) (*Program, error) {
+	r := entryReader{b: b}
+	if string(r.next(len(diskMagic))) != diskMagic || r.u16() != diskVersion {
+		return nil, errBadEntry
+	}
+	prog := &Program{Flags: Flags(r.u32())}
+	n := int(r.u32())
+	if r.bad || n == 0 || n%8 != 0 || n > maxFilterBytes {
+		return nil, errBadEntry
+	}
+	prog.Filter = bytes.Clone(r.next(n))
+	for i, n := 0, int(r.u32()); i < n && !r.bad; i++ {
+		prog.Skipped = append(prog.Skipped, r.name())
+	}
+	n = int(r.u32())
+	if n > len(r.b)/10 { // each name takes at least 10 bytes
+		return nil, errBadEntry
+	}
+	if n > 0 {
+		prog.names = make(map[uint64]string, n)
+	}
+	for i := 0; i < n && !r.bad; i++ {
+		k := r.u64()
+		prog.names[k] = r.name()
+	}
+	if r.bad || len(r.b) != 0 {
+		return nil, errBadEntry
+	}
+	return prog, nil
+}
+
+var errBadEntry = errors.New("seccomp: malformed cache entry")
+
+// entryReader reads a record front to back; a short read sets bad and
+// yields zeros from then on.
+type entryReader struct {
+	b   []byte
+	bad bool
+}
+
+func (r *entryReader) next(n int) []byte {
+	if r.bad || n < 0 || n > len(r.b) {
+		r.bad = true
+		return nil
+	}
+	v := r.b[:n]
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *entryReader) u16() uint16 {
+	if v := r.next(2); v != nil {
+		return binary.LittleEndian.Uint16(v)
+	}
+	return 0
+}
+
+func (r *entryReader) u32() uint32 {
+	if v := r.next(4); v != nil {
+		return binary.LittleEndian.Uint32(v)
+	}
+	return 0
+}
+
+func (r *entryReader) u64() uint64 {
+	if v := r.next(8); v != nil {
+		return binary.LittleEndian.Uint64(v)
+	}
+	return 0
+}
+
+func (r *entryReader) name() string { return string(r.next(int(r.u16()))) }
 
 // Compile returns the program for p from memory, from disk, or compiled.
 func (d *DiskCache) Compile(p *specs.LinuxSeccomp) (*Program, error) {
@@ -49,7 +160,7 @@ func (d *DiskCache) Compile(p *specs.LinuxSeccomp) (*Program, error) {
 		return prog, nil
 	}
 	id := compilerID()
-	path := filepath.Join(d.Dir, hex.EncodeToString(h[:])+"-"+id+".json")
+	path := filepath.Join(d.Dir, hex.EncodeToString(h[:])+"-"+id+diskExt)
 	euid := os.Geteuid()
 	if id != "" {
 		if prog := d.load(path, h, euid); prog != nil {
@@ -86,21 +197,19 @@ func (d *DiskCache) load(path string, h Hash, euid int) *Program {
 	if err != nil {
 		return nil
 	}
-	var e diskEntry
-	if json.Unmarshal(b, &e) != nil || len(e.Filter) == 0 || len(e.Filter)%8 != 0 || len(e.Filter) > maxFilterBytes {
+	prog, err := decodeEntry(b)
+	if err != nil {
 		return nil
 	}
-	return &Program{Filter: e.Filter, Flags: e.Flags, Hash: h, Skipped: e.Skipped, names: e.Names}
+	prog.Hash = h
+	return prog
 }
 
 func (d *DiskCache) store(path string, prog *Program, euid int) error {
 	if err := statedir.Ensure(d.Dir, euid); err != nil {
 		return err
 	}
-	b, err := json.Marshal(diskEntry{Filter: prog.Filter, Flags: prog.Flags, Skipped: prog.Skipped, Names: prog.names})
-	if err != nil {
-		return err
-	}
+	b := encodeEntry(prog)
 	tmp, err := os.CreateTemp(d.Dir, ".tmp-*")
 	if err != nil {
 		return err
