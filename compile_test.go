@@ -16,15 +16,17 @@ type fakeFS struct {
 	dirs, files map[string]bool
 	links       map[string]string
 	contents    map[string][]byte
+	sizes       map[string]int64
 }
 
 type fakeInfo struct {
 	name string
 	mode fs.FileMode
+	size int64
 }
 
 func (f fakeInfo) Name() string       { return f.name }
-func (f fakeInfo) Size() int64        { return 0 }
+func (f fakeInfo) Size() int64        { return f.size }
 func (f fakeInfo) Mode() fs.FileMode  { return f.mode }
 func (f fakeInfo) ModTime() time.Time { return time.Time{} }
 func (f fakeInfo) IsDir() bool        { return f.mode.IsDir() }
@@ -37,11 +39,11 @@ func (f *fakeFS) host(uid int) *HostInfo {
 		Lstat: func(p string) (fs.FileInfo, error) {
 			switch {
 			case f.dirs[p]:
-				return fakeInfo{p, fs.ModeDir | 0o755}, nil
+				return fakeInfo{p, fs.ModeDir | 0o755, 4096}, nil
 			case f.files[p]:
-				return fakeInfo{p, 0o644}, nil
+				return fakeInfo{p, 0o644, f.sizes[p]}, nil
 			case f.links[p] != "":
-				return fakeInfo{p, fs.ModeSymlink | 0o777}, nil
+				return fakeInfo{p, fs.ModeSymlink | 0o777, 16}, nil
 			}
 			return nil, fs.ErrNotExist
 		},
@@ -72,7 +74,8 @@ func (f *fakeFS) readFile(p string) ([]byte, error) {
 func newFakeFS() *fakeFS {
 	return &fakeFS{
 		dirs:  map[string]bool{"/usr": true, "/data": true, "/etc/ssl": true, "/cache": true},
-		files: map[string]bool{"/etc/passwd": true, "/etc/hosts": true, "/srv/file": true},
+		files: map[string]bool{"/etc/passwd": true, "/etc/hosts": true, "/srv/file": true, "/run/resolv.conf": true, "/etc/mime.types": true},
+		sizes: map[string]int64{"/etc/passwd": 1500, "/run/resolv.conf": 40, "/etc/mime.types": copyMaxFile + 1},
 		links: map[string]string{"/bin": "usr/bin", "/lib": "usr/lib", "/etc/resolv.conf": "/run/resolv.conf", "/data-link": "/data"},
 	}
 }
@@ -108,8 +111,17 @@ func TestCompileRootless(t *testing.T) {
 	if m := mountAt(s, "/usr"); m == nil || !hasOption(m, "ro") || !hasOption(m, "nosuid") {
 		t.Errorf("/usr must be a read-only nosuid bind, got %+v", m)
 	}
-	if m := mountAt(s, "/etc/resolv.conf"); m == nil || m.Source != "/run/resolv.conf" {
-		t.Errorf("/etc/resolv.conf should bind the link's target, got %+v", m)
+	if m := mountAt(s, "/etc/resolv.conf"); m == nil || m.Source != "/run/resolv.conf" || m.Type != MountTypeCopy {
+		t.Errorf("/etc/resolv.conf should be a copy of the link's target, got %+v", m)
+	}
+	if m := mountAt(s, "/etc/passwd"); m == nil || m.Type != MountTypeCopy {
+		t.Errorf("a small /etc file should be copied, got %+v", m)
+	}
+	if m := mountAt(s, "/etc/mime.types"); m == nil || m.Type != "bind" || !hasOption(m, "ro") {
+		t.Errorf("an /etc file over the copy limit should be a read-only bind, got %+v", m)
+	}
+	if m := mountAt(s, "/etc/ssl/certs"); m != nil {
+		t.Errorf("absent /etc entries must be skipped, got %+v", m)
 	}
 	for _, d := range []string{"/proc", "/dev", "/dev/pts", "/tmp", "/var/tmp", "/dev/shm"} {
 		if mountAt(s, d) == nil {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -102,16 +103,59 @@ func sandboxCgroup(spec *specs.Spec) (*cgroups.Cgroup, error) {
 	return cg, err
 }
 
+func hasPIDNamespace(spec *specs.Spec) bool {
+	if spec.Linux == nil {
+		return false
+	}
+	for _, ns := range spec.Linux.Namespaces {
+		if ns.Type == specs.PIDNamespace && ns.Path == "" {
+			return true
+		}
+	}
+	return false
+}
+
 func syscallViolation(e seccomp.Event) Violation {
 	return Violation{Kind: "syscall", Name: e.Name, Detail: e.Detail, Suggestion: e.Suggestion}
 }
 
 // RunSpec executes a compiled Spec. start is when the caller began timing.
 func RunSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts Options, start time.Time) (*Result, error) {
-	cg, err := sandboxCgroup(spec)
-	if err != nil {
-		return nil, &SetupError{Step: "cgroups", Err: err}
+	// The cgroup is made while nsinit prepares the mounts; the clone waits
+	// for it (CgroupReady).
+	type made struct {
+		cg    *cgroups.Cgroup
+		place *nsinit.CgroupPlacement
+		err   error
 	}
+	madeCh := make(chan made, 1)
+	go func() {
+		cg, err := sandboxCgroup(spec)
+		if err != nil || cg == nil {
+			madeCh <- made{err: err}
+			return
+		}
+		tasks, err := cg.OpenTasks()
+		if err != nil {
+			_ = cg.Delete()
+			madeCh <- made{err: err}
+			return
+		}
+		madeCh <- made{cg: cg, place: &nsinit.CgroupPlacement{FD: cg.FD(), Add: cg.Add, Tasks: tasks}}
+	}()
+	cgroup := sync.OnceValue(func() made { return <-madeCh })
+	defer func() {
+		m := cgroup()
+		if m.place != nil {
+			for _, f := range m.place.Tasks {
+				f.Close()
+			}
+		}
+		if m.cg != nil {
+			_ = m.cg.Delete()
+		}
+	}()
+
 	if opts.SeccompCache == nil {
 		opts.SeccompCache = &seccomp.DiskCache{Dir: filepath.Join(statedir.Root(os.Geteuid()), "seccomp")}
 	}
@@ -126,12 +170,18 @@ func RunSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 				opts.OnViolation(syscallViolation(e))
 			}
 		},
-	}
-	if cg != nil {
-		defer cg.Delete()
-		cfg.Cgroup = &nsinit.CgroupPlacement{FD: cg.FD(), Add: cg.Add}
+		CgroupReady: func() (*nsinit.CgroupPlacement, error) {
+			m := cgroup()
+			if m.err != nil {
+				return nil, m.err
+			}
+			return m.place, nil
+		},
 	}
 	proc, err := nsinit.Start(cfg)
+	if m := cgroup(); m.err != nil {
+		return nil, &SetupError{Step: "cgroups", Err: m.err}
+	}
 	if err != nil {
 		var se *nsinit.StepError
 		if errors.As(err, &se) {
@@ -139,6 +189,7 @@ func RunSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 		}
 		return nil, &SetupError{Step: "start", Err: err}
 	}
+	cg := cgroup().cg
 
 	var timedOut atomic.Bool
 	stop := make(chan struct{})
@@ -188,9 +239,13 @@ func RunSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 		res.Violations = append(res.Violations, syscallViolation(e))
 	}
 	if cg != nil {
-		// The PID namespace is gone with init; the cgroup kill also covers
-		// whatever could have left it, and must precede the stats.
-		_ = cg.Kill()
+		// With a PID namespace nothing of the sandbox outlives init: the
+		// kernel kills and reaps the namespace before init's exit is
+		// reported. Without one, the cgroup kill takes down what is left,
+		// and must precede the stats.
+		if !hasPIDNamespace(spec) {
+			_ = cg.Kill()
+		}
 		res.Limits = "cgroup-v1"
 		if cg.V2() {
 			res.Limits = "cgroup-v2"

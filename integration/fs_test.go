@@ -102,6 +102,35 @@ func TestHostFilesInvisible(t *testing.T) {
 	})
 }
 
+// TestEtcCopies: the small /etc files are copies in the tmpfs root, not
+// binds. They must hold the host's content, and the sandbox must not be
+// able to change or remove them although the init created them.
+func TestEtcCopies(t *testing.T) {
+	t.Parallel()
+	ws := newWorkspace(t)
+	host, err := os.ReadFile("/etc/passwd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("content matches the host", func(t *testing.T) {
+		d := mustSucceed(t, attack(t, ws, nil, "read", "/etc/passwd"), "read /etc/passwd")
+		if first, _, _ := strings.Cut(string(host), "\n"); !strings.Contains(d, first) {
+			t.Errorf("the sandbox's /etc/passwd does not start like the host's (%q):\n%s", first, d)
+		}
+	})
+	for _, f := range []string{"/etc/passwd", "/etc/hosts", "/etc/ld.so.cache"} {
+		if _, err := os.Stat(f); err != nil {
+			continue
+		}
+		t.Run(f, func(t *testing.T) {
+			t.Parallel()
+			mustBlock(t, attack(t, ws, nil, "chmod", f), "chmod "+f)
+			mustBlock(t, attack(t, ws, nil, "unlink", f), "unlink "+f)
+			mustBlock(t, attack(t, ws, nil, "exe-write", f), "overwrite "+f)
+		})
+	}
+}
+
 // TestWritesOutsideWorkspace attacks writes that must not reach the host.
 func TestWritesOutsideWorkspace(t *testing.T) {
 	t.Parallel()

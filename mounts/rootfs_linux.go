@@ -48,9 +48,12 @@ func Setup(spec *specs.Spec, prepared Prepared) error {
 	for i := range spec.Mounts {
 		m := &spec.Mounts[i]
 		var err error
-		if m.Type == "bind" {
+		switch m.Type {
+		case "bind":
 			err = attachTree(rootfd, trees.mounts[i], m.Destination)
-		} else {
+		case TypeCopy:
+			err = copyIn(rootfd, trees.mounts[i], m.Destination)
+		default:
 			err = mountOne(rootfd, m)
 		}
 		if err != nil {
@@ -79,7 +82,7 @@ func Setup(spec *specs.Spec, prepared Prepared) error {
 
 // sourceTrees are detached clones of every host path the root needs.
 type sourceTrees struct {
-	mounts  []int // by Spec.Mounts index; -1 for non-bind mounts
+	mounts  []int // by Spec.Mounts index: trees of binds, open files of copies, else -1
 	devices []int // by Spec.Linux.Devices index
 	null    int   // O_PATH fd of the host /dev/null, cloned per masked file
 }
@@ -101,6 +104,14 @@ func cloneSources(spec *specs.Spec, prepared Prepared) (*sourceTrees, error) {
 	}
 	for i := range spec.Mounts {
 		m := &spec.Mounts[i]
+		if m.Type == TypeCopy {
+			fd, err := openCopySource(m.Source)
+			if err != nil {
+				return t, &Error{Op: "copy", Dest: m.Destination, Err: err}
+			}
+			t.mounts[i] = fd
+			continue
+		}
 		if m.Type != "bind" {
 			continue
 		}
@@ -452,6 +463,64 @@ func symlinkIn(rootfd int, target, p string) error {
 	defer unix.Close(pfd)
 	if err := unix.Symlinkat(target, pfd, base); err != nil {
 		return fmt.Errorf("symlink %s -> %s: %w", p, target, err)
+	}
+	return nil
+}
+
+// openCopySource opens the source of a TypeCopy entry: no symlink in the
+// path (the compiler resolved them, as for binds), and non-blocking, so a
+// FIFO swapped in cannot stall the setup; it must be a regular file.
+func openCopySource(src string) (int, error) {
+	fd, err := unix.Openat2(unix.AT_FDCWD, src, &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+		Resolve: unix.RESOLVE_NO_SYMLINKS,
+	})
+	if err != nil {
+		return -1, fmt.Errorf("open source %s: %w", src, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return -1, fmt.Errorf("copy source %s: not a regular file", src)
+	}
+	return fd, nil
+}
+
+// copyIn writes the content of src, an open regular file, to a new file
+// at p in the root, with src's permission bits less set-id and write bits
+// for group and others.
+func copyIn(rootfd, src int, p string) error {
+	parent, base := path.Split(path.Clean(p))
+	pfd, err := mkdirAllIn(rootfd, parent)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	var st unix.Stat_t
+	if err := unix.Fstat(src, &st); err != nil {
+		return fmt.Errorf("copy %s: %w", p, err)
+	}
+	// O_EXCL: the root is fresh, so anything already there is a conflict.
+	fd, err := unix.Openat(pfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("copy %s: create: %w", p, err)
+	}
+	defer unix.Close(fd)
+	for left := st.Size; left > 0; {
+		n, err := unix.Sendfile(fd, src, nil, int(left))
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("copy %s: %w", p, err)
+		}
+		if n == 0 {
+			break // the source shrank
+		}
+		left -= int64(n)
+	}
+	if err := unix.Fchmod(fd, st.Mode&0o755); err != nil {
+		return fmt.Errorf("copy %s: chmod: %w", p, err)
 	}
 	return nil
 }

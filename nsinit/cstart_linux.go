@@ -87,7 +87,14 @@ func startC(cfg *Config) (*Process, error) {
 		return nil, err
 	}
 
-	p, err := startCInit(plan, parentSock, std, cfg.Cgroup)
+	cg, err := cfg.placement()
+	if err != nil {
+		parentSock.Close()
+		std.closeAll()
+		_, _ = awaitProg()
+		return nil, err
+	}
+	p, err := startCInit(plan, parentSock, std, cg)
 	// The child holds its own copies now. The sync socket's child end in
 	// particular must go at once: while this process holds it, a child
 	// that dies without a report never shows up as EOF and Start hangs.
@@ -118,7 +125,7 @@ func startC(cfg *Config) (*Process, error) {
 		p.Kill()
 		return nil, p.failed("sync", err)
 	}
-	cgErr := p.placeCgroup(cfg.Cgroup)
+	cgErr := p.placeCgroup(cg)
 	prog, err := awaitProg()
 	switch {
 	case cgErr != nil:
@@ -160,11 +167,18 @@ func (p *Process) childError(fallback error) error {
 func startCInit(plan *cinit.Plan, sock *os.File, std *stdio, cg *CgroupPlacement) (*Process, error) {
 	tryFD := cg != nil && cg.FD >= 0
 	for {
-		plan.CgroupFD = -1
-		if tryFD {
+		plan.CgroupFD, plan.TaskFDs = -1, nil
+		selfPlaced := false
+		switch {
+		case tryFD:
 			plan.CgroupFD = cg.FD
+		case cg != nil && len(cg.Tasks) > 0:
+			for _, f := range cg.Tasks {
+				plan.TaskFDs = append(plan.TaskFDs, int(f.Fd()))
+			}
+			selfPlaced = true
 		}
-		p := &Process{sock: sock, waited: make(chan struct{}), inCgroup: tryFD}
+		p := &Process{sock: sock, waited: make(chan struct{}), inCgroup: tryFD || selfPlaced}
 		started := make(chan error, 1)
 		go p.runC(plan, std, started)
 		err := <-started
@@ -260,6 +274,8 @@ func buildPlan(spec *specs.Spec, prep *preparedMounts, stdio [3]int, sock int) (
 			}
 		case m.Type == mounts.TypeSymlink:
 			cm.Kind = cinit.Symlink
+		case m.Type == mounts.TypeCopy:
+			cm.Kind = cinit.Copy
 		case mounts.IsFilesystem(m.Type):
 			cm.Kind = cinit.FS
 			cm.Source = m.Type
@@ -342,20 +358,24 @@ func cUserns(uids, gids []specs.LinuxIDMapping) (int, error) {
 		return -1, fmt.Errorf("userns holder: %w", err)
 	}
 	defer w.Close()
-	pid, err := cinit.UsernsHolder(int(r.Fd()))
+	pid, reaped, err := cinit.UsernsHolder(int(r.Fd()))
 	r.Close()
 	if err != nil {
 		return -1, fmt.Errorf("userns holder: %w", err)
 	}
 	defer func() {
 		_ = unix.Kill(pid, unix.SIGKILL)
-		// Reaped off the spawn's path: its exit tears down a copy of
-		// this process's address space.
+		// Reaped off the spawn's path.
 		go func() {
 			for {
-				if _, err := unix.Wait4(pid, nil, 0, nil); !errors.Is(err, unix.EINTR) {
-					return
+				_, err := unix.Wait4(pid, nil, 0, nil)
+				if errors.Is(err, unix.EINTR) {
+					continue
 				}
+				if err == nil {
+					reaped() // its stack; leaked if the pid was not ours to reap
+				}
+				return
 			}
 		}()
 	}()

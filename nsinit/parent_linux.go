@@ -33,6 +33,11 @@ type Config struct {
 	// Cgroup, when set, places the sandbox in its cgroup before any code of
 	// the sandbox runs.
 	Cgroup *CgroupPlacement
+	// CgroupReady, when set instead of Cgroup, supplies the placement just
+	// before the clone, so the caller can create the cgroup while Start
+	// prepares the mounts. A nil placement means no cgroup; an error
+	// aborts Start and is returned as it is.
+	CgroupReady func() (*CgroupPlacement, error)
 	// SeccompCache compiles Spec.Linux.Seccomp; reuse one across spawns so
 	// the same profile is compiled once. Nil compiles every time.
 	SeccompCache seccomp.Compiler
@@ -45,6 +50,14 @@ type Config struct {
 	Backend string
 }
 
+// placement is the cgroup placement, waiting for CgroupReady if set.
+func (cfg *Config) placement() (*CgroupPlacement, error) {
+	if cfg.CgroupReady != nil {
+		return cfg.CgroupReady()
+	}
+	return cfg.Cgroup, nil
+}
+
 // CgroupPlacement says how to put the init into its cgroup.
 type CgroupPlacement struct {
 	// FD is a cgroup v2 directory for clone3(CLONE_INTO_CGROUP), which
@@ -53,6 +66,11 @@ type CgroupPlacement struct {
 	// Add places a running pid; used on v1 and when clone3 is refused,
 	// while the child is still blocked waiting for its config.
 	Add func(pid int) error
+	// Tasks, when set, are the v1 "tasks" files (cgroups.Cgroup.OpenTasks)
+	// the C init writes "0" to as its first act, while it is still a
+	// single thread: far cheaper than Add, which migrates a whole thread
+	// group. Unused on v2 and by the Go init (multithreaded from its start).
+	Tasks []*os.File
 }
 
 // Exit is how the sandboxed command ended.
@@ -125,13 +143,19 @@ func Start(cfg *Config) (*Process, error) {
 		ExtraFiles:  append([]*os.File{childSock}, prep.files...),
 		SysProcAttr: sysProcAttr(spec),
 	}
-	p, err := startInit(cmd, parentSock, cfg.Cgroup)
+	cg, err := cfg.placement()
+	if err != nil {
+		childSock.Close()
+		parentSock.Close()
+		return nil, err
+	}
+	p, err := startInit(cmd, parentSock, cg)
 	childSock.Close()
 	if err != nil {
 		parentSock.Close()
 		return nil, startError(err, cfg.UsernsBlocker)
 	}
-	if err := p.placeCgroup(cfg.Cgroup); err != nil {
+	if err := p.placeCgroup(cg); err != nil {
 		p.Kill()
 		p.wait()
 		return nil, err

@@ -1,3 +1,10 @@
+// The runtime's container-aware GOMAXPROCS reads cgroup files at every
+// start and rechecks them in the background; a short-lived runtime whose
+// work is one spawn gains nothing from either.
+
+//go:debug containermaxprocs=0
+//go:debug updatemaxprocs=0
+
 // Command agentrun runs commands in sandboxes. It is a thin layer over the
 // agentrun package: flags become a Policy, the Policy runs, the Result
 // becomes an exit status.

@@ -90,6 +90,8 @@ func init() {
 		"stat":            {"PATH", "lstat a path; escaped if it exists", cmdStat},
 		"write":           {"PATH [DATA]", "create/truncate and write a file", cmdWrite},
 		"mkdir":           {"PATH", "create a directory", cmdMkdir},
+		"chmod":           {"PATH", "make PATH world-writable (chmod 0666)", cmdChmod},
+		"unlink":          {"PATH", "remove a file", cmdUnlink},
 		"rename-exchange": {"A B", "renameat2(RENAME_EXCHANGE)", cmdRenameExchange},
 		"open":            {"PATH r|w|rw|path", "open a path with the given access; escaped if it opens", cmdOpen},
 		"exe-write":       {"PATH", "open PATH for writing (O_WRONLY, O_RDWR) and overwrite its first bytes", cmdExeWrite},
@@ -246,6 +248,22 @@ func cmdMkdir(args []string) {
 		blocked("mkdir %s: %s", args[0], errName(err))
 	}
 	escaped("created directory %s", args[0])
+}
+
+func cmdChmod(args []string) {
+	need(args, 1)
+	if err := unix.Chmod(args[0], 0o666); err != nil {
+		blocked("chmod %s: %s", args[0], errName(err))
+	}
+	escaped("changed the mode of %s", args[0])
+}
+
+func cmdUnlink(args []string) {
+	need(args, 1)
+	if err := unix.Unlink(args[0]); err != nil {
+		blocked("unlink %s: %s", args[0], errName(err))
+	}
+	escaped("removed %s", args[0])
 }
 
 func cmdRenameExchange(args []string) {

@@ -28,6 +28,7 @@
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/mman.h>
@@ -542,6 +543,64 @@ static int clone_bind(struct ctx *c, const struct ar_mount *m)
 	return tree;
 }
 
+/* open_copy_source opens the source of a copy: no symlink in the path (the
+ * compiler resolved them, as for binds), non-blocking so that a FIFO cannot
+ * stall the setup, and it must be a regular file. */
+static int open_copy_source(struct ctx *c, const char *src)
+{
+	int fd = open_in(AT_FDCWD, src, O_RDONLY | O_NONBLOCK | O_NOFOLLOW, RESOLVE_NO_SYMLINKS);
+	if (fd < 0)
+		return detail(c, "open source ", src);
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		errno = EINVAL;
+		return detail(c, "copy source (not a regular file) ", src);
+	}
+	return fd;
+}
+
+/* copy_in writes the content of src to a new file at p in the root, with
+ * src's permission bits less set-id and group/other write bits. */
+static int copy_in(struct ctx *c, int rootfd, int src, const char *p)
+{
+	char parent[PATH_MAX];
+	const char *base = split(p, parent);
+	if (!base)
+		return detail(c, "copy to ", p);
+	int pfd = mkdir_all_in(c, rootfd, parent);
+	if (pfd < 0)
+		return -1;
+	/* O_EXCL: the root is fresh, so anything already there is a conflict. */
+	int fd = openat(pfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	close_keep_errno(pfd);
+	if (fd < 0)
+		return detail(c, "create ", p);
+	struct stat st;
+	if (fstat(src, &st) < 0) {
+		close_keep_errno(fd);
+		return detail(c, "stat source of ", p);
+	}
+	for (off_t left = st.st_size; left > 0;) {
+		ssize_t n = sendfile(fd, src, NULL, (size_t)left);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			close_keep_errno(fd);
+			return detail(c, "copy to ", p);
+		}
+		if (n == 0)
+			break; /* the source shrank */
+		left -= n;
+	}
+	if (fchmod(fd, st.st_mode & 0755) < 0) {
+		close_keep_errno(fd);
+		return detail(c, "chmod ", p);
+	}
+	close(fd);
+	return 0;
+}
+
 /* attach_tree attaches a detached tree at dest, creating a directory or an
  * empty file as the mount point depending on what the tree's root is. */
 static int attach_tree(struct ctx *c, int rootfd, int tree, const char *dest)
@@ -700,6 +759,12 @@ static void setup_root(struct ctx *c)
 	for (int i = 0; i < p->nmounts; i++) {
 		const struct ar_mount *m = &p->mounts[i];
 		trees[i] = -1;
+		if (m->kind == AR_MOUNT_COPY) {
+			trees[i] = open_copy_source(c, m->source);
+			if (trees[i] < 0)
+				die_mount(c, "copy", m->dest);
+			continue;
+		}
 		if (m->kind != AR_MOUNT_BIND)
 			continue;
 		if (m->fd >= 0) {
@@ -746,6 +811,10 @@ static void setup_root(struct ctx *c)
 			break;
 		case AR_MOUNT_SYMLINK:
 			r = symlink_in(c, rootfd, m->source, m->dest);
+			break;
+		case AR_MOUNT_COPY:
+			r = copy_in(c, rootfd, trees[i], m->dest);
+			close(trees[i]);
 			break;
 		default:
 			errno = EINVAL;
@@ -1183,14 +1252,14 @@ static int contains(const struct range *r, uintptr_t a)
  * anonymous tail of each (.bss), shared ones, and the kernel's [vdso],
  * [vvar] and friends, [heap] and [stack].
  */
-static int trim_plan(int mapsfd, struct range *out, int max)
+static int trim_plan(int mapsfd, struct range *out, int max, uintptr_t also_keep, const uintptr_t *only, int nonly)
 {
 	char buf[4096 + 512];
 	size_t have = 0;
 	int n = 0, eof = 0;
 	uintptr_t prev_file_end = 0;
 	char here;
-	const uintptr_t keep[] = {(uintptr_t)&here, (uintptr_t)&errno, (uintptr_t)&start_nofile};
+	const uintptr_t keep[] = {(uintptr_t)&here, (uintptr_t)&errno, (uintptr_t)&start_nofile, also_keep};
 
 	while (!eof || have) {
 		if (!eof && have < sizeof buf - 1) {
@@ -1239,8 +1308,14 @@ static int trim_plan(int mapsfd, struct range *out, int max)
 		int anon = inode == 0 && (*path == 0 || strncmp(path, "[anon:", 6) == 0);
 		int drop = anon && perms[3] == 'p' && r.start != prev_file_end;
 		for (size_t i = 0; drop && i < sizeof keep / sizeof keep[0]; i++)
-			if (contains(&r, keep[i]))
+			if (keep[i] && contains(&r, keep[i]))
 				drop = 0;
+		if (drop && only) {
+			int hit = 0;
+			for (int i = 0; i < nonly && !hit; i++)
+				hit = contains(&r, only[i]);
+			drop = hit;
+		}
 		if (inode != 0)
 			prev_file_end = r.end;
 		else if (!drop && anon && r.start == prev_file_end)
@@ -1267,11 +1342,37 @@ static int trim_plan(int mapsfd, struct range *out, int max)
 static void forget_parent(struct ctx *c, int mapsfd)
 {
 	struct range drop[TRIM_MAX];
-	int n = mapsfd >= 0 ? trim_plan(mapsfd, drop, TRIM_MAX) : 0;
+	int n = mapsfd >= 0 ? trim_plan(mapsfd, drop, TRIM_MAX, 0, NULL, 0) : 0;
 	if (mapsfd >= 0)
 		close(mapsfd);
-	/* The plan lives in the Go heap: nothing may touch it from here on. */
+	/* The plan's memory goes too: nothing may touch it from here on. */
 	c->p = NULL;
+	for (int i = 0; i < n; i++)
+		(void)munmap((void *)drop[i].start, drop[i].end - drop[i].start);
+}
+
+/*
+ * shed_parent runs first in the child. The clone copied the Go parent's
+ * whole address space copy-on-write, and the parent goes on allocating
+ * and scheduling on several threads while the child sets up: every page of
+ * its heap it writes would be copied, each copy with a TLB-shootdown IPI to
+ * the other CPUs. Dropping the child's copy of the Go heap at once lets the
+ * parent reuse those pages in place. Only the mappings that hold the
+ * addresses the parent named (its heap and goroutine stacks) go: the rest,
+ * the dynamic loader's data in a dynamically linked parent among them, is
+ * still needed here. The plan lives in a mapping of its own and is kept.
+ * Failure only costs speed.
+ */
+static void shed_parent(const struct ar_plan *p)
+{
+	struct range drop[TRIM_MAX];
+	if (p->nheap <= 0)
+		return;
+	int mapsfd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+	if (mapsfd < 0)
+		return;
+	int n = trim_plan(mapsfd, drop, TRIM_MAX, (uintptr_t)p, p->heap, p->nheap);
+	close(mapsfd);
 	for (int i = 0; i < n; i++)
 		(void)munmap((void *)drop[i].start, drop[i].end - drop[i].start);
 }
@@ -1292,6 +1393,15 @@ static _Noreturn void child(const struct ar_plan *p)
 {
 	struct ctx c = {.p = p, .sync = p->fds[p->sync_fd]};
 	char go;
+
+	/* Join the v1 cgroups first, while this is one thread and runs only
+	 * code of ours: "0" moves the calling thread, which the kernel does
+	 * without the global thread-group lock (and its RCU grace period)
+	 * that writing a pid to cgroup.procs takes. */
+	for (int i = 0; i < p->ntask_fds; i++)
+		if (write(p->task_fds[i], "0", 1) != 1)
+			die(&c, "cgroup placement");
+	shed_parent(p);
 
 	/* Go's handlers must never run here: reset every caught signal to its
 	 * default (ignored ones stay ignored, as across execve). All signals
@@ -1485,25 +1595,36 @@ int ar_start(const struct ar_plan *p)
 	return pid < 0 ? -e : (int)pid;
 }
 
-int ar_userns_holder(int pipe_rd)
+/* holder_main is the userns holder: it shares the caller's memory
+ * (CLONE_VM), so it touches nothing but its own stack and makes only
+ * system calls that cannot fail in a way it would act on. */
+static int holder_main(void *arg)
+{
+	int pipe_rd = (int)(intptr_t)arg;
+	char b;
+	/* Signals stay blocked: only SIGKILL ends it, or EOF on the pipe when
+	 * the parent is gone. It must not hold the caller's files. */
+	(void)syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	if (pipe_rd > 0)
+		(void)syscall(SYS_close_range, 0U, (unsigned)pipe_rd - 1, 0);
+	(void)syscall(SYS_close_range, (unsigned)pipe_rd + 1, ~0U, 0);
+	while (syscall(SYS_read, pipe_rd, &b, 1) < 0)
+		;
+	syscall(SYS_exit, 0);
+	return 0;
+}
+
+int ar_userns_holder(int pipe_rd, void *stack, size_t stack_size)
 {
 	uint64_t all = ~0ULL, old;
 	if (syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old, sizeof all) < 0)
 		return -errno;
-	long pid = clone_child(CLONE_NEWUSER, -1);
-	if (pid == 0) {
-		char b;
-		/* Signals stay blocked: only SIGKILL ends it, or EOF on the pipe
-		 * when the parent is gone. It must not hold the caller's files. */
-		(void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-		if (pipe_rd > 0)
-			(void)syscall(SYS_close_range, 0U, (unsigned)pipe_rd - 1, 0);
-		(void)syscall(SYS_close_range, (unsigned)pipe_rd + 1, ~0U, 0);
-		while (read(pipe_rd, &b, 1) < 0 && errno == EINTR)
-			;
-		_exit(0);
-	}
+	/* CLONE_VM: the holder only blocks, so sharing this address space
+	 * spares the copy of the page tables and the copy-on-write faults a
+	 * fork-style clone of a large Go process costs. */
+	int pid = clone(holder_main, (char *)stack + stack_size, CLONE_VM | CLONE_NEWUSER | SIGCHLD,
+			(void *)(intptr_t)pipe_rd);
 	int e = errno;
 	(void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, sizeof old);
-	return pid < 0 ? -e : (int)pid;
+	return pid < 0 ? -e : pid;
 }

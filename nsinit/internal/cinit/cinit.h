@@ -15,12 +15,14 @@
 #ifndef AGENTRUN_CINIT_H
 #define AGENTRUN_CINIT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 enum {
 	AR_MOUNT_BIND = 1,    /* attach a clone of a host path (or a prepared tree) */
 	AR_MOUNT_FS = 2,      /* new filesystem instance via fsopen/fsmount */
 	AR_MOUNT_SYMLINK = 3, /* symlink at dest pointing at source */
+	AR_MOUNT_COPY = 4,    /* copy of the regular file source at dest */
 };
 
 /* A filesystem parameter for fsconfig; value NULL is a flag. */
@@ -55,6 +57,14 @@ struct ar_rlimit {
 struct ar_plan {
 	uint64_t clone_flags; /* CLONE_NEW* */
 	int cgroup_fd;        /* CLONE_INTO_CGROUP target (parent fd), -1: none */
+	/* v1 "tasks" files (parent fds): the child writes "0" to each first,
+	 * joining the cgroups as a single thread (no thread-group lock). */
+	const int *task_fds;
+	int ntask_fds;
+	/* Addresses in the Go heap (and goroutine stacks): the child drops its
+	 * copy of the mappings holding them first thing. */
+	uintptr_t heap[4];
+	int nheap;
 
 	/* Parent fds that become the child's fds 0..nfds-1 (stdio, the sync
 	 * socket, prepared trees); every other fd is closed in the child. */
@@ -114,8 +124,10 @@ int ar_start(const struct ar_plan *plan);
 /*
  * ar_userns_holder clones a child into a new user namespace that only
  * blocks reading pipe_rd, so that the parent can write its maps and open
- * /proc/PID/ns/user. Returns the child's pid or -errno.
+ * /proc/PID/ns/user. The child shares the caller's memory and runs on
+ * stack, which must stay mapped until the child has been reaped. Returns
+ * the child's pid or -errno.
  */
-int ar_userns_holder(int pipe_rd);
+int ar_userns_holder(int pipe_rd, void *stack, size_t stack_size);
 
 #endif

@@ -30,6 +30,8 @@ const (
 	FS MountKind = C.AR_MOUNT_FS
 	// Symlink creates a symlink at Dest pointing at Source.
 	Symlink MountKind = C.AR_MOUNT_SYMLINK
+	// Copy writes a copy of the regular file Source at Dest.
+	Copy MountKind = C.AR_MOUNT_COPY
 )
 
 // MaxEntries bounds the fds, mounts and devices of a Plan.
@@ -77,6 +79,10 @@ type Plan struct {
 	// CgroupFD is a cgroup v2 directory to clone into (CLONE_INTO_CGROUP),
 	// or -1.
 	CgroupFD int
+	// TaskFDs are v1 "tasks" files (parent fds) the child writes "0" to
+	// before anything else, joining each hierarchy's cgroup as a single
+	// thread.
+	TaskFDs []int
 	// FDs become the child's fds 0..len-1: stdio, then the sync socket at
 	// SyncFD, then prepared trees.
 	FDs    []int
@@ -117,16 +123,31 @@ type Plan struct {
 //
 // Call Start on a goroutine locked to its OS thread that stays locked until
 // the child has been reaped: the child's parent death signal fires when the
-// thread that cloned it exits.
+// thread that cloned the child exits.
 func Start(p *Plan) (int, error) {
-	if err := p.validate(); err != nil {
+	strs, err := p.validate()
+	if err != nil {
 		return 0, err
 	}
-	var pin runtime.Pinner
-	defer pin.Unpin()
-	b := builder{pin: &pin}
-	cp := b.plan(p)
+	b, err := newBuilder(p, strs)
+	if err != nil {
+		return 0, err
+	}
+	defer b.free()
+	cp, err := b.plan(p)
+	if err != nil {
+		return 0, err
+	}
+	// Addresses the child's first act (shed_parent) uses to find its copy
+	// of the Go heap: a fresh heap object, and this goroutine's stack,
+	// which the runtime also allocates from the heap arenas.
+	var onStack byte
+	mark := new([16]byte)
+	cp.heap[0] = C.uintptr_t(uintptr(unsafe.Pointer(mark)))
+	cp.heap[1] = C.uintptr_t(uintptr(unsafe.Pointer(&onStack)))
+	cp.nheap = 2
 	r := C.ar_start(cp)
+	runtime.KeepAlive(mark)
 	if r < 0 {
 		return 0, unix.Errno(-r)
 	}
@@ -147,23 +168,33 @@ func Release(filter []byte, flags uint32) ([]byte, error) {
 
 // UsernsHolder clones a child into a new user namespace that blocks reading
 // pipeRead until the write end closes or it is killed. The caller writes
-// its maps, opens /proc/PID/ns/user and kills and reaps it.
-func UsernsHolder(pipeRead int) (int, error) {
-	r := C.ar_userns_holder(C.int(pipeRead))
-	if r < 0 {
-		return 0, unix.Errno(-r)
+// its maps, opens /proc/PID/ns/user, kills it, and calls reaped once it has
+// reaped it: the child runs on memory that is freed then.
+func UsernsHolder(pipeRead int) (pid int, reaped func(), err error) {
+	const stackSize = 64 << 10
+	stack, err := unix.Mmap(-1, 0, stackSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_STACK)
+	if err != nil {
+		return 0, nil, fmt.Errorf("cinit: holder stack: %w", err)
 	}
-	return int(r), nil
+	r := C.ar_userns_holder(C.int(pipeRead), unsafe.Pointer(&stack[0]), C.size_t(len(stack)))
+	if r < 0 {
+		_ = unix.Munmap(stack)
+		return 0, nil, unix.Errno(-r)
+	}
+	return int(r), func() { _ = unix.Munmap(stack) }, nil
 }
 
-func (p *Plan) validate() error {
+// validate checks the plan and returns every string it holds.
+func (p *Plan) validate() ([]string, error) {
 	switch {
 	case len(p.Argv) == 0:
-		return errors.New("cinit: no command")
+		return nil, errors.New("cinit: no command")
 	case len(p.FDs) < 4 || p.SyncFD < 3 || p.SyncFD >= len(p.FDs):
-		return errors.New("cinit: fds must hold stdio and the sync socket")
+		return nil, errors.New("cinit: fds must hold stdio and the sync socket")
+	case len(p.TaskFDs) > 64:
+		return nil, errors.New("cinit: more than 64 cgroup tasks files")
 	case len(p.FDs) > MaxEntries || len(p.Mounts) > MaxEntries || len(p.Devices) > MaxEntries:
-		return fmt.Errorf("cinit: more than %d fds, mounts or devices", MaxEntries)
+		return nil, fmt.Errorf("cinit: more than %d fds, mounts or devices", MaxEntries)
 	}
 	strs := []string{p.Hostname, p.Cwd, p.Path}
 	strs = append(strs, p.Argv...)
@@ -181,31 +212,90 @@ func (p *Plan) validate() error {
 	}
 	for _, s := range strs {
 		if strings.IndexByte(s, 0) >= 0 {
-			return fmt.Errorf("cinit: %q contains a NUL byte", s)
+			return nil, fmt.Errorf("cinit: %q contains a NUL byte", s)
 		}
 	}
-	return nil
+	return strs, nil
 }
 
-// builder lays the plan out as C structs in pinned Go memory: the child is
-// a copy of this process, so it reads the same bytes without any copying,
-// and the parent only needs them for the duration of ar_start.
-type builder struct{ pin *runtime.Pinner }
+// builder lays the plan out as C structs in an anonymous mapping of its
+// own, outside the Go heap. The child is a copy of this process and reads
+// the same bytes; being a separate mapping lets it drop its copy of
+// everything else the moment it starts (shed_parent in cinit.c), so the
+// Go parent's writes during the setup do not turn into copy-on-write
+// faults (each with a TLB-shootdown IPI across the parent's threads).
+type builder struct {
+	mem  []byte
+	off  uintptr
+	full bool // an alloc did not fit: the plan is incomplete
+}
+
+func newBuilder(p *Plan, strs []string) (*builder, error) {
+	// An upper bound: every string with its NUL and alignment, every array
+	// with a NULL slot and alignment, and the structs.
+	size := 4096 + int(unsafe.Sizeof(C.struct_ar_plan{}))
+	for _, s := range strs {
+		size += len(s) + 16
+	}
+	ptr := int(unsafe.Sizeof(uintptr(0)))
+	size += (len(p.Argv) + len(p.Env) + len(p.Masked) + len(p.Readonly) + 8) * (ptr + 8)
+	size += (len(p.FDs) + len(p.TaskFDs) + 4) * 8
+	size += len(p.Mounts) * (int(unsafe.Sizeof(C.struct_ar_mount{})) + 16)
+	for _, m := range p.Mounts {
+		size += len(m.Params) * (int(unsafe.Sizeof(C.struct_ar_fsparam{})) + 16)
+	}
+	size += len(p.Devices) * (int(unsafe.Sizeof(C.struct_ar_device{})) + 16)
+	size += len(p.Rlimits) * (int(unsafe.Sizeof(C.struct_ar_rlimit{})) + 16)
+	pg := unix.Getpagesize()
+	size = (size + pg - 1) / pg * pg
+	mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, fmt.Errorf("cinit: plan memory: %w", err)
+	}
+	return &builder{mem: mem}, nil
+}
+
+func (b *builder) free() { _ = unix.Munmap(b.mem) }
+
+// errArena means newBuilder's bound was wrong: a bug, reported rather
+// than written past.
+var errArena = errors.New("cinit: plan memory exhausted")
+
+// alloc returns n zeroed Ts in the arena, or nil when it is full.
+func alloc[T any](b *builder, n int) []T {
+	if n == 0 {
+		return nil
+	}
+	var zero T
+	align, size := unsafe.Alignof(zero), unsafe.Sizeof(zero)
+	off := (b.off + align - 1) &^ (align - 1)
+	end := off + size*uintptr(n)
+	if end > uintptr(len(b.mem)) {
+		b.full = true
+		return nil
+	}
+	b.off = end
+	return unsafe.Slice((*T)(unsafe.Pointer(&b.mem[off])), n)
+}
 
 func (b *builder) str(s string) *C.char {
-	buf := make([]byte, len(s)+1)
+	buf := alloc[byte](b, len(s)+1)
+	if buf == nil {
+		return nil
+	}
 	copy(buf, s)
-	b.pin.Pin(&buf[0])
 	return (*C.char)(unsafe.Pointer(&buf[0]))
 }
 
 // strs returns a NULL-terminated array.
 func (b *builder) strs(ss []string) **C.char {
-	arr := make([]*C.char, len(ss)+1)
+	arr := alloc[*C.char](b, len(ss)+1)
+	if arr == nil {
+		return nil
+	}
 	for i, s := range ss {
 		arr[i] = b.str(s)
 	}
-	b.pin.Pin(&arr[0])
 	return &arr[0]
 }
 
@@ -216,8 +306,13 @@ func cbool(v bool) C.int {
 	return 0
 }
 
-func (b *builder) plan(p *Plan) *C.struct_ar_plan {
-	cp := &C.struct_ar_plan{
+func (b *builder) plan(p *Plan) (*C.struct_ar_plan, error) {
+	cps := alloc[C.struct_ar_plan](b, 1)
+	if cps == nil {
+		return nil, errArena
+	}
+	cp := &cps[0]
+	*cp = C.struct_ar_plan{
 		clone_flags:      C.uint64_t(p.CloneFlags),
 		cgroup_fd:        C.int(p.CgroupFD),
 		nfds:             C.int(len(p.FDs)),
@@ -235,17 +330,22 @@ func (b *builder) plan(p *Plan) *C.struct_ar_plan {
 		path:             b.str(p.Path),
 		no_new_privs:     cbool(p.NoNewPrivs),
 	}
-	fds := make([]C.int, len(p.FDs))
-	for i, fd := range p.FDs {
-		fds[i] = C.int(fd)
+	if tf := alloc[C.int](b, len(p.TaskFDs)); tf != nil {
+		for i, fd := range p.TaskFDs {
+			tf[i] = C.int(fd)
+		}
+		cp.task_fds, cp.ntask_fds = &tf[0], C.int(len(tf))
 	}
-	b.pin.Pin(&fds[0])
-	cp.fds = &fds[0]
+	if fds := alloc[C.int](b, len(p.FDs)); fds != nil {
+		for i, fd := range p.FDs {
+			fds[i] = C.int(fd)
+		}
+		cp.fds = &fds[0]
+	}
 	if p.Hostname != "" {
 		cp.hostname = b.str(p.Hostname)
 	}
-	if len(p.Mounts) > 0 {
-		ms := make([]C.struct_ar_mount, len(p.Mounts))
+	if ms := alloc[C.struct_ar_mount](b, len(p.Mounts)); ms != nil {
 		for i, m := range p.Mounts {
 			ms[i] = C.struct_ar_mount{
 				kind:      C.int(m.Kind),
@@ -257,27 +357,22 @@ func (b *builder) plan(p *Plan) *C.struct_ar_plan {
 				source:    b.str(m.Source),
 				nparams:   C.int(len(m.Params)),
 			}
-			if len(m.Params) > 0 {
-				ps := make([]C.struct_ar_fsparam, len(m.Params))
+			if ps := alloc[C.struct_ar_fsparam](b, len(m.Params)); ps != nil {
 				for j, fp := range m.Params {
 					ps[j].key = b.str(fp.Key)
 					if !fp.Flag {
 						ps[j].value = b.str(fp.Value)
 					}
 				}
-				b.pin.Pin(&ps[0])
 				ms[i].params = &ps[0]
 			}
 		}
-		b.pin.Pin(&ms[0])
 		cp.mounts, cp.nmounts = &ms[0], C.int(len(ms))
 	}
-	if len(p.Devices) > 0 {
-		ds := make([]C.struct_ar_device, len(p.Devices))
+	if ds := alloc[C.struct_ar_device](b, len(p.Devices)); ds != nil {
 		for i, d := range p.Devices {
 			ds[i] = C.struct_ar_device{path: b.str(d.Path), dest: b.str(d.Dest)}
 		}
-		b.pin.Pin(&ds[0])
 		cp.devices, cp.ndevices = &ds[0], C.int(len(ds))
 	}
 	if len(p.Masked) > 0 {
@@ -286,13 +381,14 @@ func (b *builder) plan(p *Plan) *C.struct_ar_plan {
 	if len(p.Readonly) > 0 {
 		cp.readonly, cp.nreadonly = b.strs(p.Readonly), C.int(len(p.Readonly))
 	}
-	if len(p.Rlimits) > 0 {
-		rs := make([]C.struct_ar_rlimit, len(p.Rlimits))
+	if rs := alloc[C.struct_ar_rlimit](b, len(p.Rlimits)); rs != nil {
 		for i, r := range p.Rlimits {
 			rs[i] = C.struct_ar_rlimit{name: b.str(r.Name), resource: C.int(r.Resource), soft: C.uint64_t(r.Soft), hard: C.uint64_t(r.Hard)}
 		}
-		b.pin.Pin(&rs[0])
 		cp.rlimits, cp.nrlimits = &rs[0], C.int(len(rs))
 	}
-	return cp
+	if b.full {
+		return nil, errArena
+	}
+	return cp, nil
 }
