@@ -357,7 +357,6 @@ func startError(err error, blocker func(error) string) error {
 // read returns the next report from the child, with the descriptor that
 // came with it (or -1).
 func (p *Process) read() (report, error) {
-	buf := make([]byte, 64<<10)
 	oob := make([]byte, unix.CmsgSpace(4))
 	var n, oobn int
 	var err error
@@ -365,7 +364,20 @@ func (p *Process) read() (report, error) {
 	if err != nil {
 		return report{}, err
 	}
+	// Peek at the length first (MSG_TRUNC gives a packet's full size) and
+	// read into a buffer of that size: reports are mostly tens of bytes,
+	// and a large buffer per report is memory a short-lived parent has to
+	// fault in.
+	var peek [1]byte
+	var buf []byte
 	rerr := raw.Read(func(fd uintptr) bool {
+		if buf == nil {
+			n, _, _, _, err = unix.Recvmsg(int(fd), peek[:], nil, unix.MSG_PEEK|unix.MSG_TRUNC)
+			if err != nil || n == 0 {
+				return !errors.Is(err, unix.EAGAIN)
+			}
+			buf = make([]byte, n)
+		}
 		n, oobn, _, _, err = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
 		return !errors.Is(err, unix.EAGAIN)
 	})
