@@ -79,7 +79,9 @@ func sandboxCgroup(spec *specs.Spec) (*cgroups.Cgroup, error) {
 	if spec.Linux != nil {
 		requested = spec.Linux.Resources
 	}
-	mgr, err := cgroups.NewManager(cgroups.Options{})
+	// The holder keeps a rootless caller's transient systemd scope alive
+	// (see cgroups/scope_linux.go).
+	mgr, err := cgroups.NewManager(cgroups.Options{ScopeHolder: nsinit.HoldCommand})
 	if err != nil {
 		if requested != nil {
 			return nil, err

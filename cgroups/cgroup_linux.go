@@ -39,7 +39,7 @@ type Cgroup struct {
 	fd      int // v2 directory fd for CLONE_INTO_CGROUP; -1 when closed or v1
 	deleted bool
 	// scope is set when the cgroup lives in a transient systemd scope
-	// made at the first Add (see scope_linux.go); dirs is empty until then.
+	// (see scope_linux.go).
 	scope *scope
 }
 
@@ -85,8 +85,8 @@ func (c *Cgroup) Add(pid int) error {
 	if pid <= 0 {
 		return fmt.Errorf("cgroups: add: invalid pid %d", pid)
 	}
-	if c.scope != nil && len(c.dirs) == 0 {
-		return c.placeInScope(pid)
+	if c.scope != nil {
+		return c.scope.attach(c.id, pid)
 	}
 	for _, d := range c.dirs {
 		if err := writeFile(filepath.Join(d.leaf, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
@@ -172,9 +172,6 @@ func (c *Cgroup) Populated() (bool, error) {
 // nor exit, so the pids cannot be reused under us), and it is thawed so the
 // signals land; repeated until empty.
 func (c *Cgroup) Kill() error {
-	if len(c.dirs) == 0 && c.scope != nil {
-		return nil // nothing was placed yet; stopping the scope kills the rest
-	}
 	if len(c.dirs) == 0 {
 		return errNotCreated
 	}
@@ -311,9 +308,6 @@ func (c *Cgroup) thaw() {
 
 // dir returns the leaf directory of the hierarchy carrying controller ctl.
 func (c *Cgroup) dir(ctl string) (string, bool) {
-	if len(c.dirs) == 0 {
-		return "", false // a scope not placed yet
-	}
 	if c.v2 {
 		return c.dirs[0].leaf, true
 	}

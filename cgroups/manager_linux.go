@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -44,6 +45,11 @@ type Options struct {
 	// SystemdTimeout bounds each conversation with the systemd user
 	// manager about a transient scope. Default DefaultSystemdTimeout.
 	SystemdTimeout time.Duration
+	// ScopeHolder makes the command that keeps a transient scope
+	// populated (rootless v2 without delegation): it must block until its
+	// stdin reaches EOF, e.g. nsinit.HoldCommand. Without it no scope is
+	// made and such callers get the fail-closed error.
+	ScopeHolder func() *exec.Cmd
 }
 
 // Manager creates sandbox cgroups on this host for this caller. It detects
@@ -59,6 +65,7 @@ type Manager struct {
 	// (rootless only), for transient scopes; sdTimeout bounds each talk.
 	sdEndpoints []sdbus.Endpoint
 	sdTimeout   time.Duration
+	holder      func() *exec.Cmd
 }
 
 // owner identifies a runtime process across pid reuse.
@@ -107,6 +114,7 @@ func NewManager(opts Options) (*Manager, error) {
 	if m.stateDir == "" {
 		m.stateDir = defaultStateDir(m.euid)
 	}
+	m.holder = opts.ScopeHolder
 	m.sdTimeout = opts.SystemdTimeout
 	if m.sdTimeout <= 0 {
 		m.sdTimeout = DefaultSystemdTimeout

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/agentrun/agentrun/internal/sdbus"
@@ -20,25 +22,35 @@ import (
 
 // Rootless on unified v2 without a delegated cgroup of its own, agentrun
 // asks the caller's systemd user manager for one: a transient scope
-// agentrun-<id>.scope with Delegate=yes. A scope cannot be empty, and the
-// process that fills it must not be the caller (a library user's whole
-// process would end up in the sandbox's cgroup), so the scope is created
-// for the sandbox init's pid at the point where v1 and the clone3
-// fallback place it (Cgroup.Add, while the init waits at its sync point
-// and runs no user code):
+// agentrun-<id>.scope with Delegate=yes. A scope must be created with a
+// process in it and is stopped, its cgroup removed, the moment it has none
+// left. Neither the caller (a library user's whole process would land in
+// the sandbox's cgroup) nor the sandbox's init (when it exits, systemd
+// would remove the cgroup before its OOM and peak counters are read) can
+// be that process, so Create starts a holder of its own
+// (Options.ScopeHolder: this binary re-executed, blocking on a pipe):
 //
-//  1. StartTransientUnit(agentrun-<id>.scope, PIDs=[init], Delegate=yes)
-//     and wait for its JobRemoved with result "done";
-//  2. find the scope's directory from /proc/<init>/cgroup;
-//  3. mkdir <scope>/<id> and move the init there, so the scope itself
-//     holds no process and may enable controllers for its children (the
-//     v2 no-internal-process rule);
-//  4. enable memory/pids/cpu in <scope>/cgroup.subtree_control and write
-//     the limits into <scope>/<id>.
+//  1. StartTransientUnit(agentrun-<id>.scope, PIDs=[holder], Delegate=yes,
+//     CollectMode=inactive-or-failed, KillSignal=SIGKILL) and wait for its
+//     JobRemoved with result "done";
+//  2. find the scope's directory from /proc/<holder>/cgroup and check the
+//     controllers the limits need were delegated to it;
+//  3. move the holder into <scope>/.hold, so the scope itself holds no
+//     process and may enable controllers for its children (the v2
+//     no-internal-process rule), and enable them;
+//  4. create <scope>/<id> with the limits: the sandbox's cgroup.
 //
-// Only then is the init released. Delete removes the leaf and stops the
-// scope; a state record names the scope, so Sweep stops one left by a
-// runtime killed with SIGKILL.
+// The caller sits outside the scope, in a cgroup it may not write, and
+// moving a process needs write access to the common ancestor of both
+// cgroups: neither CLONE_INTO_CGROUP nor a write to cgroup.procs can put
+// the sandbox's init there (FD is -1). Add asks the user manager instead
+// (AttachProcessesToUnit with the sub-cgroup /<id>), which has the system
+// manager do it, while the init waits at its sync point.
+//
+// Delete removes the sandbox's cgroup, lets the holder go and stops the
+// scope. A runtime killed with SIGKILL closes the holder's pipe by dying,
+// so the scope empties and systemd stops it; its state record also names
+// the scope, so the next Sweep stops it for certain.
 
 // DefaultSystemdTimeout bounds each conversation with the systemd user
 // manager (connect, start the scope and wait for its job; or stop it).
@@ -49,7 +61,7 @@ func scopeUnit(id string) string { return "agentrun-" + id + ".scope" }
 
 // scopePlan is the part of a plan that goes through a transient scope.
 type scopePlan struct {
-	conn    *sdbus.Manager // open from plan until Add
+	conn    *sdbus.Manager // open from plan until Create
 	manager string         // the user manager's cgroup directory
 }
 
@@ -58,11 +70,9 @@ type scope struct {
 	m    *Manager
 	unit string
 	rec  record // rewritten with the leaf's path once it exists
-	l    limits
-	req  []string
-	want []string
-	// conn comes from plan and is used (and closed) by the first Add.
-	conn *sdbus.Manager
+	// hold keeps the scope populated; closing holdW ends it.
+	hold  *exec.Cmd
+	holdW *os.File
 	// started: StartTransientUnit was accepted (or, swept, may have been),
 	// so the unit must be stopped.
 	started bool
@@ -145,10 +155,17 @@ func (m *Manager) planScope(req []string, base string) (plan, error) {
 	return plan{v2: true, req: req, dirs: []planDir{d}, scope: &scopePlan{conn: conn, manager: dir}}, nil
 }
 
-// createScope is Create for a plan through a transient scope: it records
-// the scope for Sweep and defers everything else to Add, which gets the
-// init's pid.
-func (m *Manager) createScope(id string, p plan, l limits) (*Cgroup, error) {
+// holdLeaf is the holder's cgroup inside the scope; validID never makes
+// a sandbox id start with a dot, so it cannot collide.
+const holdLeaf = ".hold"
+
+// createScope is Create for a plan through a transient scope.
+func (m *Manager) createScope(id string, p plan, l limits) (_ *Cgroup, err error) {
+	conn := p.scope.conn
+	defer conn.Close()
+	if m.holder == nil {
+		return nil, unusable(ErrNoDelegation, m.noScopeMsg(p.scope.manager, "no scope holder process is configured (cgroups.Options.ScopeHolder)"))
+	}
 	unit := scopeUnit(id)
 	rec := record{
 		Version: 1, ID: id, Parent: m.parent, V2: true, Scope: unit,
@@ -156,34 +173,29 @@ func (m *Manager) createScope(id string, p plan, l limits) (*Cgroup, error) {
 	}
 	recPath, err := m.writeRecord(rec)
 	if err != nil {
-		p.close()
 		return nil, err
 	}
 	cg := &Cgroup{id: id, v2: true, fd: -1, log: m.log, record: recPath}
-	cg.scope = &scope{
-		m: m, unit: unit, rec: rec, l: l, req: p.req, want: p.dirs[0].controllers,
-		conn: p.scope.conn,
+	s := &scope{m: m, unit: unit, rec: rec}
+	cg.scope = s
+	defer func() {
+		if err != nil {
+			if derr := cg.Delete(); derr != nil {
+				m.log.Warn("cgroups: cleanup after failed create", "id", id, "err", derr)
+			}
+		}
+	}()
+	if err := s.startHolder(); err != nil {
+		return nil, err
 	}
-	return cg, nil
-}
-
-// placeInScope is Add's first call for a scope-backed cgroup.
-func (c *Cgroup) placeInScope(pid int) error {
-	s := c.scope
-	conn := s.conn
-	s.conn = nil
-	if conn == nil {
-		return fmt.Errorf("cgroups: scope %s: placement already attempted", s.unit)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), s.m.sdTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), m.sdTimeout)
 	defer cancel()
 	if err := conn.Subscribe(ctx); err != nil {
-		return fmt.Errorf("cgroups: systemd user manager: %w", err)
+		return nil, fmt.Errorf("cgroups: systemd user manager: %w", err)
 	}
 	props := []sdbus.Property{
-		{Name: "Description", Value: sdbus.Variant{Sig: "s", Value: "agentrun sandbox " + c.id}},
-		{Name: "PIDs", Value: sdbus.Variant{Sig: "au", Value: []uint32{uint32(pid)}}},
+		{Name: "Description", Value: sdbus.Variant{Sig: "s", Value: "agentrun sandbox " + id}},
+		{Name: "PIDs", Value: sdbus.Variant{Sig: "au", Value: []uint32{uint32(s.hold.Process.Pid)}}},
 		{Name: "Delegate", Value: sdbus.Variant{Sig: "b", Value: true}},
 		// Unloaded once stopped, failed or not, so no unit lingers.
 		{Name: "CollectMode", Value: sdbus.Variant{Sig: "s", Value: "inactive-or-failed"}},
@@ -191,63 +203,138 @@ func (c *Cgroup) placeInScope(pid int) error {
 		// kills at once, as agentrun's own kill does.
 		{Name: "KillSignal", Value: sdbus.Variant{Sig: "i", Value: int32(unix.SIGKILL)}},
 	}
-	job, err := conn.StartTransientUnit(ctx, s.unit, "fail", props)
+	job, err := conn.StartTransientUnit(ctx, unit, "fail", props)
 	var refused *sdbus.Error
 	switch {
 	case errors.As(err, &refused):
-		return unusable(ErrNoDelegation, fmt.Sprintf(
+		return nil, unusable(ErrNoDelegation, fmt.Sprintf(
 			"the systemd user manager refused the Delegate=yes scope for the sandbox's cgroup (%v): run agentrun under systemd-run --user --scope -p Delegate=yes instead", refused))
 	case err != nil:
 		// No answer: the unit may exist all the same, so Delete stops it.
 		s.started = true
-		return fmt.Errorf("cgroups: systemd user manager: %w", err)
+		return nil, fmt.Errorf("cgroups: systemd user manager: %w", err)
 	}
 	s.started = true
 	result, err := conn.WaitJob(ctx, job)
 	if err != nil {
-		return fmt.Errorf("cgroups: systemd user manager: scope %s: %w", s.unit, err)
+		return nil, fmt.Errorf("cgroups: systemd user manager: scope %s: %w", unit, err)
 	}
 	if result != "done" {
-		return unusable(ErrNoDelegation, fmt.Sprintf(
-			"the systemd user manager could not start scope %s for the sandbox's cgroup (job %s; see journalctl --user -u %[1]s): run agentrun under systemd-run --user --scope -p Delegate=yes instead", s.unit, result))
+		return nil, unusable(ErrNoDelegation, fmt.Sprintf(
+			"the systemd user manager could not start scope %s for the sandbox's cgroup (job %s; see journalctl --user -u %[1]s): run agentrun under systemd-run --user --scope -p Delegate=yes instead", unit, result))
 	}
-	dir, err := c.scopeDir(pid)
+	dir, err := cg.scopeDir(s.hold.Process.Pid)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	avail, err := readList(filepath.Join(dir, "cgroup.controllers"))
 	if err != nil {
-		return fmt.Errorf("cgroups: %w", err)
+		return nil, fmt.Errorf("cgroups: %w", err)
 	}
-	if missing := without(s.req, avail); len(missing) > 0 {
-		return unusable(ErrNoController, fmt.Sprintf(
+	if missing := without(p.req, avail); len(missing) > 0 {
+		return nil, unusable(ErrNoController, fmt.Sprintf(
 			"the systemd user manager delegated no %s controller to scope %s (it has: %s): add it with a drop-in for user@.service (systemctl edit user@.service: [Service] Delegate=pids memory cpu)",
-			missing[0], s.unit, orNone(avail)))
+			missing[0], unit, orNone(avail)))
 	}
 	var ctl []string
-	for _, x := range s.want {
+	for _, x := range p.dirs[0].controllers {
 		if slices.Contains(avail, x) {
 			ctl = append(ctl, x)
 		}
 	}
-	leaf := filepath.Join(dir, c.id)
+	hold := filepath.Join(dir, holdLeaf)
+	if err := unix.Mkdir(hold, 0o755); err != nil {
+		return nil, fmt.Errorf("cgroups: %w", &fs.PathError{Op: "mkdir", Path: hold, Err: err})
+	}
+	if err := writeFile(filepath.Join(hold, "cgroup.procs"), strconv.Itoa(s.hold.Process.Pid)); err != nil {
+		return nil, fmt.Errorf("cgroups: move the scope's holder: %w", err)
+	}
+	if err := m.enableV2(dir, ctl, p.req, false); err != nil {
+		return nil, err
+	}
+	leaf := filepath.Join(dir, id)
 	// The record learns the leaf before it exists: Sweep tolerates a
 	// missing directory, not an unrecorded one.
 	s.rec.Paths = []string{leaf}
-	if err := s.m.rewriteRecord(c.record, s.rec); err != nil {
-		return err
+	if err := m.rewriteRecord(recPath, s.rec); err != nil {
+		return nil, err
 	}
 	if err := unix.Mkdir(leaf, 0o755); err != nil {
-		return fmt.Errorf("cgroups: %w", &fs.PathError{Op: "mkdir", Path: leaf, Err: err})
+		return nil, fmt.Errorf("cgroups: %w", &fs.PathError{Op: "mkdir", Path: leaf, Err: err})
 	}
-	c.dirs = []cgDir{{controllers: ctl, parent: dir, leaf: leaf}}
-	if err := writeFile(filepath.Join(leaf, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
+	cg.dirs = []cgDir{{controllers: ctl, parent: dir, leaf: leaf}}
+	if err := cg.apply(l); err != nil {
+		return nil, err
+	}
+	return cg, nil
+}
+
+// attach has the user manager move pid into the sandbox's cgroup and
+// checks that it got there.
+func (s *scope) attach(id string, pid int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.m.sdTimeout)
+	defer cancel()
+	conn, err := sdbus.DialManager(ctx, s.m.sdEndpoints, s.m.euid)
+	if err != nil {
 		return fmt.Errorf("cgroups: add pid %d: %w", pid, err)
 	}
-	if err := s.m.enableV2(dir, ctl, s.req, false); err != nil {
-		return err
+	defer conn.Close()
+	if err := conn.AttachProcessesToUnit(ctx, s.unit, "/"+id, []uint32{uint32(pid)}); err != nil {
+		return fmt.Errorf("cgroups: add pid %d: the systemd user manager could not move it into its scope: %w", pid, err)
 	}
-	return c.apply(s.l)
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return fmt.Errorf("cgroups: add pid %d: %w", pid, err)
+	}
+	if !strings.Contains(string(b), "/"+s.unit+"/"+id+"\n") {
+		return fmt.Errorf("cgroups: add pid %d: it is in %q after AttachProcessesToUnit, not in %s/%s", pid, strings.TrimSpace(string(b)), s.unit, id)
+	}
+	return nil
+}
+
+// startHolder starts the scope's holder with a pipe as its stdin; closing
+// the write end (or this process dying) ends it.
+func (s *scope) startHolder() error {
+	cmd := s.m.holder()
+	r, w, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("cgroups: scope holder: %w", err)
+	}
+	defer r.Close()
+	cmd.Stdin = r
+	if cmd.Env == nil {
+		cmd.Env = []string{} // nothing of the caller's environment
+	}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		return fmt.Errorf("cgroups: scope holder: %w", err)
+	}
+	s.hold, s.holdW = cmd, w
+	return nil
+}
+
+// endHolder lets the holder go and reaps it.
+func (s *scope) endHolder() {
+	if s.hold == nil {
+		return
+	}
+	s.holdW.Close()
+	done := make(chan struct{})
+	go func() {
+		_ = s.hold.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		_ = s.hold.Process.Kill()
+		<-done
+	}
+	s.hold = nil
 }
 
 // scopeDir finds the scope's directory through the cgroup the manager put
@@ -273,10 +360,7 @@ func (c *Cgroup) scopeDir(pid int) (string, error) {
 // already gone counts as stopped. With no manager to reach there is no
 // scope left to stop (it lives and dies with its manager).
 func (s *scope) stop(log func(msg string, args ...any)) error {
-	if s.conn != nil {
-		s.conn.Close()
-		s.conn = nil
-	}
+	s.endHolder()
 	if !s.started {
 		return nil
 	}

@@ -21,15 +21,9 @@ import (
 	"github.com/agentrun/agentrun/internal/sdbus/sdbustest"
 )
 
-// holdIfScope gives a scope-backed cgroup (rootless through the systemd
-// user manager) the process it needs to exist: a sleep placed with Add.
-// Other cgroups exist from Create on.
-func holdIfScope(t *testing.T, cg *Cgroup) {
-	t.Helper()
-	if cg.scope != nil && len(cg.dirs) == 0 {
-		startIn(t, cg, exec.Command("sleep", "300"), true)
-	}
-}
+// testHolder is the scope holder in tests: this binary as the "hold"
+// helper.
+func testHolder() *exec.Cmd { return helper("hold") }
 
 // fakeScopes is a cgroup v2 tree plus a fake systemd user manager that
 // "owns" a cgroup in it and makes scopes there as root, the way systemd
@@ -106,6 +100,15 @@ func newFakeScopes(t *testing.T, configure func(f *sdbustest.Manager)) *fakeScop
 		}
 		return "done", nil
 	}
+	f.OnAttach = func(c sdbustest.Call) *sdbus.Error {
+		// The system manager, asked by the user manager.
+		for _, p := range c.PIDs {
+			if err := writeFile(filepath.Join(dir, c.Unit, c.Sub, "cgroup.procs"), strconv.Itoa(int(p))); err != nil {
+				return &sdbus.Error{Name: "org.freedesktop.DBus.Error.AccessDenied", Message: err.Error()}
+			}
+		}
+		return nil
+	}
 	if configure != nil {
 		configure(f)
 	}
@@ -168,23 +171,20 @@ func TestScopeWithFakeManager(t *testing.T) {
 	}
 	defer cg.Delete()
 	unit := "agentrun-scoped.scope"
-	if cg.FD() >= 0 || len(cg.Paths()) != 0 {
-		t.Fatalf("a scope-backed cgroup has no directory before Add: fd %d, paths %v", cg.FD(), cg.Paths())
+	scopeDir := filepath.Join(fs.manager, unit)
+	leaf := filepath.Join(scopeDir, "scoped")
+	if !reflect.DeepEqual(cg.Paths(), []string{leaf}) || cg.FD() >= 0 {
+		t.Fatalf("paths %v fd %d, want [%s] and no fd (the caller cannot clone into the scope)", cg.Paths(), cg.FD(), leaf)
 	}
-	if rec := readRecord(t, cg.record); rec.Scope != unit || len(rec.Paths) != 0 {
-		t.Fatalf("record before placement: %+v", rec)
+	if rec := readRecord(t, cg.record); rec.Scope != unit || !reflect.DeepEqual(rec.Paths, []string{leaf}) {
+		t.Errorf("record: %+v", rec)
 	}
-	s := startIn(t, cg, exec.Command("/bin/sh", "-c", "read x; sleep 300 & sleep 300"), true)
-	pid := s.cmd.Process.Pid
-	leaf := filepath.Join(fs.manager, unit, "scoped")
-	if !reflect.DeepEqual(cg.Paths(), []string{leaf}) {
-		t.Fatalf("paths %v, want [%s]", cg.Paths(), leaf)
-	}
-	if b, _ := os.ReadFile(filepath.Join(fs.manager, unit, "cgroup.procs")); len(parsePids(b)) != 0 {
+	holder := cg.scope.hold.Process.Pid
+	if b, _ := os.ReadFile(filepath.Join(scopeDir, "cgroup.procs")); len(parsePids(b)) != 0 {
 		t.Errorf("the scope itself still holds %v: it must be an inner node", parsePids(b))
 	}
-	if rec := readRecord(t, cg.record); !reflect.DeepEqual(rec.Paths, []string{leaf}) {
-		t.Errorf("record after placement: %+v", rec)
+	if b, _ := os.ReadFile(filepath.Join(scopeDir, holdLeaf, "cgroup.procs")); !reflect.DeepEqual(parsePids(b), []int{holder}) {
+		t.Errorf("%s holds %v, want the holder %d", holdLeaf, parsePids(b), holder)
 	}
 	if l.pids > 0 {
 		if got := readCg(t, cg, Pids, "pids.max"); got != "32" {
@@ -197,7 +197,7 @@ func TestScopeWithFakeManager(t *testing.T) {
 		t.Errorf("StartTransientUnit(%q, %q)", start.Unit, start.Mode)
 	}
 	want := map[string]sdbus.Variant{
-		"PIDs":        {Sig: "au", Value: []any{uint32(pid)}},
+		"PIDs":        {Sig: "au", Value: []any{uint32(holder)}},
 		"Delegate":    {Sig: "b", Value: true},
 		"CollectMode": {Sig: "s", Value: "inactive-or-failed"},
 		"KillSignal":  {Sig: "i", Value: int32(9)},
@@ -205,6 +205,12 @@ func TestScopeWithFakeManager(t *testing.T) {
 	}
 	if !reflect.DeepEqual(start.Props, want) {
 		t.Errorf("properties %#v\nwant %#v", start.Props, want)
+	}
+	// The sandbox's own process, placed by the manager (Add).
+	s := startIn(t, cg, exec.Command("/bin/sh", "-c", "read x; sleep 300 & sleep 300"), false)
+	if c := fs.fake.Calls(); c[len(c)-1].Member != "AttachProcessesToUnit" || c[len(c)-1].Sub != "/scoped" ||
+		!reflect.DeepEqual(c[len(c)-1].PIDs, []uint32{uint32(s.cmd.Process.Pid)}) {
+		t.Errorf("placement: %+v", c[len(c)-1])
 	}
 	s.go_(t)
 	if err := cg.Kill(); err != nil {
@@ -214,12 +220,15 @@ func TestScopeWithFakeManager(t *testing.T) {
 	if err := cg.Delete(); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{leaf, filepath.Dir(leaf), cg.record} {
+	for _, p := range []string{leaf, scopeDir, cg.record} {
 		if exists(p) {
 			t.Errorf("%s left after Delete", p)
 		}
 	}
-	if got := fs.members(); !reflect.DeepEqual(got, []string{"Get", "Subscribe", "StartTransientUnit", "Subscribe", "StopUnit"}) {
+	if err := syscall.Kill(holder, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("holder %d still there after Delete: %v", holder, err)
+	}
+	if got := fs.members(); !reflect.DeepEqual(got, []string{"Get", "Subscribe", "StartTransientUnit", "AttachProcessesToUnit", "Subscribe", "StopUnit"}) {
 		t.Errorf("calls %v", got)
 	}
 }
@@ -240,49 +249,38 @@ func TestScopeErrors(t *testing.T) {
 		{"job failed", func(f *sdbustest.Manager) {
 			f.OnStart = func(sdbustest.Call) (string, *sdbus.Error) { return "failed", nil }
 		}, "(job failed;", ErrNoDelegation, true},
-		// No answer: the unit may have been made, so Delete stops it.
-		{"manager hangs", func(f *sdbustest.Manager) { f.Hang = true }, contextDeadline, nil, true},
+		// No answer: the unit may have been made, so it is stopped.
+		{"manager hangs", func(f *sdbustest.Manager) { f.Hang = true }, "context deadline exceeded", nil, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			fs := newFakeScopes(t, tc.configure)
 			fs.m.sdTimeout = 500 * time.Millisecond
-			cg, err := fs.create(t, "broken", limits{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			cmd := exec.Command("sleep", "300")
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer func() { cmd.Process.Kill(); cmd.Wait() }()
 			began := time.Now()
-			err = cg.Add(cmd.Process.Pid)
-			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
-				t.Fatalf("Add: %v, want one line with %q", err, tc.want)
+			cg, err := fs.create(t, "broken", limits{})
+			if err == nil {
+				cg.Delete()
+				t.Fatal("created")
+			}
+			if !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("Create: %v, want one line with %q", err, tc.want)
 			}
 			if tc.kind != nil && !errors.Is(err, tc.kind) {
 				t.Errorf("want %v, got %v", tc.kind, err)
 			}
 			if d := time.Since(began); d > 3*time.Second {
-				t.Errorf("Add took %v", d)
+				t.Errorf("Create took %v", d)
 			}
 			t.Log(err)
-			if err := cg.Delete(); err != nil {
-				t.Fatal(err)
-			}
 			if stopped := slices.Contains(fs.members(), "StopUnit"); stopped != tc.stops {
 				t.Errorf("StopUnit called: %v, want %v (%v)", stopped, tc.stops, fs.members())
 			}
-			if exists(cg.record) {
-				t.Error("record left")
+			if ents, _ := os.ReadDir(fs.m.stateDir); len(ents) != 0 {
+				t.Errorf("records left: %v", ents)
 			}
 		})
 	}
 }
-
-// contextDeadline is how a deadline shows in an error.
-const contextDeadline = "context deadline exceeded"
 
 // TestScopePlanRefusals: what planScope refuses before anything exists,
 // each as one line that says how to get delegation.
@@ -324,8 +322,8 @@ func TestScopePlanRefusals(t *testing.T) {
 }
 
 // TestScopeSweep: the records of a runtime killed with SIGKILL, with the
-// scope placed (paths known) and before placement (paths unknown), are
-// swept: processes killed, leaf removed, scope stopped.
+// scope made (paths known) and before that (paths unknown), are swept:
+// processes killed, leaf removed, scope stopped.
 func TestScopeSweep(t *testing.T) {
 	fs := newFakeScopes(t, nil)
 	dead := exec.Command("/bin/true")
@@ -340,16 +338,16 @@ func TestScopeSweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := startIn(t, placed, exec.Command("/bin/sh", "-c", "read x; sleep 300"), true)
+	s := startIn(t, placed, exec.Command("/bin/sh", "-c", "read x; sleep 300"), false)
 	s.go_(t)
-	unplaced, err := gfs.create(t, "unplaced", limits{})
-	if err != nil {
+	// A runtime that died between asking for the scope and recording its
+	// cgroup: the record names the unit only.
+	rec := record{Version: 1, ID: "unplaced", Parent: ghost.parent, V2: true, Scope: scopeUnit("unplaced"),
+		OwnerPID: ghost.self.pid, OwnerStart: ghost.self.start, OwnerPidNS: ghost.self.pidns}
+	if _, err := ghost.writeRecord(rec); err != nil {
 		t.Fatal(err)
 	}
-	unplaced.scope.conn.Close() // the runtime died before placement
-	// The unit exists, as it would if the runtime died between the
-	// manager's reply and the record's update.
-	if err := os.Mkdir(filepath.Join(fs.manager, "agentrun-unplaced.scope"), 0o755); err != nil {
+	if err := os.Mkdir(filepath.Join(fs.manager, rec.Scope), 0o755); err != nil {
 		t.Fatal(err)
 	}
 
@@ -358,11 +356,15 @@ func TestScopeSweep(t *testing.T) {
 		t.Fatalf("Sweep: %d, %v; want 2", n, err)
 	}
 	s.wait(t, 5*time.Second)
+	placed.scope.endHolder()
 	for _, p := range []string{placed.Paths()[0], filepath.Join(fs.manager, "agentrun-placed.scope"),
-		filepath.Join(fs.manager, "agentrun-unplaced.scope"), placed.record, unplaced.record} {
+		filepath.Join(fs.manager, rec.Scope), placed.record} {
 		if exists(p) {
 			t.Errorf("%s survived the sweep", p)
 		}
+	}
+	if ents, _ := os.ReadDir(fs.m.stateDir); len(ents) != 0 {
+		t.Errorf("records left: %v", ents)
 	}
 	stops := 0
 	for _, c := range fs.fake.Calls() {
@@ -413,7 +415,7 @@ func TestScopeRealUserManager(t *testing.T) {
 	if cg.scope == nil {
 		t.Fatal("not scope-backed")
 	}
-	s := startIn(t, cg, helper("memhog"), true)
+	s := startIn(t, cg, helper("memhog"), false)
 	dir := filepath.Dir(cg.Paths()[0])
 	if filepath.Base(dir) != "agentrun-real-scope.scope" {
 		t.Fatalf("cgroup %s is not in the sandbox's scope", cg.Paths()[0])

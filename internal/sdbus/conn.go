@@ -123,6 +123,9 @@ func (c *Conn) auth(ctx context.Context, uid int) error {
 	if _, err := c.c.Write([]byte("BEGIN\r\n")); err != nil {
 		return ctxErr(ctx, err)
 	}
+	if err := awaitDrained(ctx, c.c); err != nil {
+		return ctxErr(ctx, err)
+	}
 	return nil
 }
 

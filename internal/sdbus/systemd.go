@@ -173,6 +173,18 @@ func (m *Manager) StartTransientUnit(ctx context.Context, name, mode string, pro
 	return jobPath(r)
 }
 
+// AttachProcessesToUnit moves pids into the cgroup of a running unit, or
+// into subcgroup below it for a unit with Delegate=yes. A user manager
+// that may not move a process itself (the common ancestor's cgroup is
+// root's) asks the system manager, which checks that the processes are the
+// caller's. It returns once they are moved.
+func (m *Manager) AttachProcessesToUnit(ctx context.Context, unit, subcgroup string, pids []uint32) error {
+	if _, err := m.call(ctx, managerIface, "AttachProcessesToUnit", "ssau", unit, subcgroup, pids); err != nil {
+		return fmt.Errorf("sdbus: AttachProcessesToUnit %s: %w", unit, err)
+	}
+	return nil
+}
+
 // StopUnit stops a unit; it returns the job's object path.
 func (m *Manager) StopUnit(ctx context.Context, name, mode string) (ObjectPath, error) {
 	r, err := m.call(ctx, managerIface, "StopUnit", "ss", name, mode)

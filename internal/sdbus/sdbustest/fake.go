@@ -26,6 +26,8 @@ type Call struct {
 	Unit   string                   // StartTransientUnit, StopUnit
 	Mode   string                   // StartTransientUnit, StopUnit
 	Props  map[string]sdbus.Variant // StartTransientUnit
+	Sub    string                   // AttachProcessesToUnit
+	PIDs   []uint32                 // AttachProcessesToUnit
 }
 
 // Manager is the fake. Set the fields before Serve; they are read under mu.
@@ -41,6 +43,8 @@ type Manager struct {
 	OnStop func(c Call) (result string, err *sdbus.Error)
 	// Hang makes StartTransientUnit never answer.
 	Hang bool
+	// OnAttach handles AttachProcessesToUnit. Nil: an error reply.
+	OnAttach func(c Call) *sdbus.Error
 
 	mu    sync.Mutex
 	calls []Call
@@ -202,6 +206,13 @@ func (m *Manager) serve(c net.Conn) error {
 				call.Props[st[0].(string)] = st[1].(sdbus.Variant)
 			}
 		}
+		if msg.Member == "AttachProcessesToUnit" && msg.Signature == "ssau" {
+			call.Unit, _ = msg.Body[0].(string)
+			call.Sub, _ = msg.Body[1].(string)
+			for _, p := range msg.Body[2].([]any) {
+				call.PIDs = append(call.PIDs, p.(uint32))
+			}
+		}
 		m.mu.Lock()
 		m.calls = append(m.calls, call)
 		m.mu.Unlock()
@@ -219,6 +230,15 @@ func (m *Manager) handle(p *peer, msg *sdbus.Message, call Call, helloed *bool) 
 	case "AddMatch":
 		return p.reply(msg, "")
 	case "Subscribe":
+		return p.reply(msg, "")
+	case "AttachProcessesToUnit":
+		e := &sdbus.Error{Name: "org.freedesktop.DBus.Error.NotSupported", Message: "not implemented by this fake"}
+		if m.OnAttach != nil {
+			e = m.OnAttach(call)
+		}
+		if e != nil {
+			return p.fail(msg, e)
+		}
 		return p.reply(msg, "")
 	case "Get":
 		if len(msg.Body) == 2 && msg.Body[1] == "ControlGroup" {
