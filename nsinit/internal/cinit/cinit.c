@@ -1389,7 +1389,7 @@ static int parent_gone(const struct ctx *c)
 	return poll(&pf, 1, 0) > 0 && (pf.revents & (POLLHUP | POLLERR));
 }
 
-static _Noreturn void child(const struct ar_plan *p)
+static _Noreturn void child(const struct ar_plan *p, int heap_left_behind)
 {
 	struct ctx c = {.p = p, .sync = p->fds[p->sync_fd]};
 	char go;
@@ -1401,7 +1401,8 @@ static _Noreturn void child(const struct ar_plan *p)
 	for (int i = 0; i < p->ntask_fds; i++)
 		if (write(p->task_fds[i], "0", 1) != 1)
 			die(&c, "cgroup placement");
-	shed_parent(p);
+	if (!heap_left_behind)
+		shed_parent(p);
 
 	/* Go's handlers must never run here: reset every caught signal to its
 	 * default (ignored ones stay ignored, as across execve). All signals
@@ -1560,6 +1561,31 @@ static _Noreturn void child(const struct ar_plan *p)
 
 /* ---- entry points, run in the Go parent ---- */
 
+/* Go's heap arenas are this size and aligned to it (linux/amd64, arm64). */
+#define GO_ARENA (64UL << 20)
+
+/*
+ * mark_heap applies advice to the Go heap arenas holding the plan's heap
+ * addresses. With MADV_DONTFORK around the clone, the child never gets a
+ * copy of the Go heap: no page tables to copy for it (the clone's cost
+ * would otherwise grow with the caller's heap) and no copy-on-write faults
+ * in the parent afterwards. The arenas hold only Go memory, so nothing the
+ * child needs is left out. Returns 1 when every arena was marked whole;
+ * otherwise the child drops what it got (shed_parent). A concurrent clone
+ * elsewhere in the process that overlaps this window also leaves the
+ * heap behind, which is harmless for a child that runs C code only.
+ */
+static int mark_heap(const struct ar_plan *p, int advice)
+{
+	int whole = p->nheap > 0;
+	for (int i = 0; i < p->nheap && i < 4; i++) {
+		uintptr_t base = p->heap[i] & ~(GO_ARENA - 1);
+		if (madvise((void *)base, GO_ARENA, advice) < 0)
+			whole = 0;
+	}
+	return whole;
+}
+
 /* clone_child clones like fork(2) into the given namespaces: no CLONE_VM,
  * so the child runs on its own copy of this stack, and exit_signal SIGCHLD
  * so the Go side can wait for it like any child. clone3 is needed for
@@ -1587,9 +1613,13 @@ int ar_start(const struct ar_plan *p)
 	 * Go handler in it before child() has reset them. */
 	if (syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old, sizeof all) < 0)
 		return -errno;
+	int marked = mark_heap(p, MADV_DONTFORK);
 	long pid = clone_child(p->clone_flags, p->cgroup_fd);
 	if (pid == 0)
-		child(p);
+		child(p, marked);
+	int e0 = errno;
+	(void)mark_heap(p, MADV_DOFORK);
+	errno = e0;
 	int e = errno;
 	(void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, sizeof old);
 	return pid < 0 ? -e : (int)pid;
