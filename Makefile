@@ -76,6 +76,11 @@ vmtest: build
 		--host-bin /usr/bin/git --host-dir /usr/lib/git-core --host-bin /usr/bin/getent \
 		--host-bin /usr/bin/python3 --host-dir /usr/lib/python3.11 \
 		$(VMWORK)/selftest.test $(VMWORK)/cgroups.test $(VMWORK)/integration.test@root,user
+	vmtest/run.sh --systemd --agentrun $(VMWORK)/agentrun --modes user-systemd \
+		--host-bin $(VMWORK)/agentrun-attacker:/usr/local/bin/agentrun-attacker \
+		--env AGENTRUN_ATTACKER=/usr/local/bin/agentrun-attacker \
+		--bin-run 'integration.test=^(TestLimits|TestExitStatus|TestResultFile|TestTimeoutKillsTree|TestKilledRuntimeTakesSandboxDown|TestSignalsReachCommand)$$' \
+		$(VMWORK)/selftest.test $(VMWORK)/cgroups.test $(VMWORK)/integration.test
 
 # Side-by-side spawn latency against fork+exec, unshare, bwrap and runc
 # (interleaved rounds, ratios, chart in bench/results/). Not a test.

@@ -13,6 +13,14 @@
 //     (it can write cgroup.procs and cgroup.subtree_control there). The
 //     sandbox's first process is placed atomically with clone3
 //     CLONE_INTO_CGROUP through Cgroup.FD, or with Cgroup.Add as a fallback.
+//   - unified v2, rootless, own cgroup not delegated, but a systemd user
+//     manager reachable ($XDG_RUNTIME_DIR/systemd/private, else the session
+//     bus): Create asks it over D-Bus (internal/sdbus) for a transient scope
+//     agentrun-<id>.scope with Delegate=yes, kept populated by a holder
+//     process (Options.ScopeHolder) in <scope>/.hold, and the sandbox's
+//     cgroup is <scope>/<id>. The caller cannot write the cgroups above the
+//     scope, so the manager also places the init (Add →
+//     AttachProcessesToUnit); Delete stops the scope. See scope_linux.go.
 //   - hybrid and legacy v1: <each v1 hierarchy>/<caller's cgroup>/agentrun/<id>,
 //     so the sandbox stays inside whatever limits already bind the caller;
 //     the process is placed with Cgroup.Add before it runs user code.

@@ -4,7 +4,7 @@
 # touched at all when everything is there.
 set -euo pipefail
 
-pkgs=(qemu-system-x86 cpio busybox-static)
+pkgs=(qemu-system-x86 cpio busybox-static debootstrap)
 missing=()
 for p in "${pkgs[@]}"; do
 	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then

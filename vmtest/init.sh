@@ -13,6 +13,11 @@
 # and powers off. No `set -e`: PID 1 must reach poweroff whatever happens
 # (if it exits instead, the kernel panics, qemu exits without VMTEST-DONE and
 # run.sh fails the run, which is also safe).
+#
+# Under systemd (run.sh --systemd; VMTEST_SYSTEMD=1, started by
+# vmtest.service) systemd has done the mounts and the cgroup tree, so the
+# set-up below is skipped; the runner waits for artest's user manager
+# instead.
 
 export PATH=/usr/local/bin:/usr/bin:/usr/sbin:/bin:/sbin
 CG=/sys/fs/cgroup
@@ -29,6 +34,8 @@ fatal() {
 	poweroff -f
 }
 
+# setup: PID 1's mounts, modules, /tmp and cgroup tree (the busybox VM).
+setup() {
 # ---- mounts -----------------------------------------------------------------
 mount -t proc -o nosuid,nodev,noexec proc /proc || fatal "mount proc"
 mount -t sysfs -o nosuid,nodev,noexec sysfs /sys || fatal "mount sysfs"
@@ -84,6 +91,28 @@ fi
 for c in $(cat $CG/cgroup.controllers); do
 	echo "+$c" >$CG/cgroup.subtree_control || say "VMTEST-WARN - - cannot enable $c"
 done
+
+}
+
+# wait_user_manager: under systemd, artest's user manager (started at boot
+# through lingering) must answer on its private socket before tests run.
+wait_user_manager() {
+	i=0
+	while [ $i -lt 600 ]; do
+		if [ -S /run/user/$USER_UID/systemd/private ] && systemctl is-active -q user@$USER_UID.service; then
+			return 0
+		fi
+		sleep 0.2
+		i=$((i + 1))
+	done
+	fatal "user@$USER_UID.service did not come up: $(systemctl status user@$USER_UID.service 2>&1 | tr '\n' ' ')"
+}
+
+if [ "${VMTEST_SYSTEMD:-}" = 1 ]; then
+	wait_user_manager
+else
+	setup
+fi
 
 # rm_cgroup DIR: kill everything in DIR and remove it with all its children.
 rm_cgroup() {
@@ -145,6 +174,11 @@ run_test() {
 		rm_cgroup $NODELEG
 		mkdir $NODELEG
 		;;
+	user-systemd)
+		# Stays in vmtest.service's cgroup, which root owns: no
+		# delegation, but a user manager that can hand out scopes.
+		uid=$USER_UID gid=$USER_GID home=/home/$USER_NAME user=$USER_NAME cgroup=
+		;;
 	*)
 		say "VMTEST-RESULT $mode $name FAIL rc=unknown-mode secs=0"
 		fail=$((fail + 1))
@@ -152,6 +186,10 @@ run_test() {
 		;;
 	esac
 
+	own_cg=$CG
+	if [ -z "$cgroup" ] && [ "${VMTEST_SYSTEMD:-}" = 1 ]; then
+		own_cg=$CG$(sed -n 's/^0:://p' /proc/self/cgroup)
+	fi
 	wd=/vmtest/run/$name.$mode
 	mkdir -p "$wd"
 	chown "$uid:$gid" "$wd"
@@ -163,7 +201,7 @@ run_test() {
 		PATH=/usr/local/bin:/usr/bin:/usr/sbin:/bin:/sbin \
 		HOME=$home USER=$user LOGNAME=$user SHELL=/bin/sh \
 		LANG=C.UTF-8 TERM=dumb TMPDIR=/tmp \
-		VMTEST=1 VMTEST_MODE="$mode" VMTEST_UID="$uid" VMTEST_CGROUP="${cgroup:-$CG}" \
+		VMTEST=1 VMTEST_MODE="$mode" VMTEST_UID="$uid" VMTEST_CGROUP="${cgroup:-$own_cg}" \
 		VMTEST_USER_UID=$USER_UID VMTEST_USER_NAME=$USER_NAME
 	[ -x /usr/local/bin/agentrun ] && set -- "$@" AGENTRUN_BIN=/usr/local/bin/agentrun
 	[ $uid -ne 0 ] && set -- "$@" XDG_RUNTIME_DIR=/run/user/$uid
@@ -176,6 +214,9 @@ run_test() {
 	while IFS= read -r a; do
 		[ -n "$a" ] && set -- "$@" "$a"
 	done </vmtest/test-args
+	if [ -f "/vmtest/run.$name" ]; then
+		set -- "$@" "$(cat "/vmtest/run.$name")"
+	fi
 
 	say "VMTEST-BEGIN $mode $name"
 	start=$(date +%s)
@@ -194,8 +235,23 @@ run_test() {
 		rm_cgroup $cgroup || say "VMTEST-WARN $mode $name cannot remove $cgroup"
 	fi
 	# Outside the harness's own cgroups (a root test's): reported only.
-	left=$(list_cgroups | grep -vxF -f /vmtest/cgroups.before | tr '\n' ' ')
-	[ -n "$left" ] && say "VMTEST-WARN $mode $name cgroups left: $left"
+	# Under systemd other units come and go, so only agentrun's count.
+	if [ "${VMTEST_SYSTEMD:-}" = 1 ]; then
+		# A sandbox's scope must be gone once its runtime is, and it
+		# must have been stopped, not left to the manager's garbage
+		# collection: both fail the test.
+		sleep 1
+		left=$(find $CG -name 'agentrun*' -type d | tr '\n' ' ')
+		units=$(runas -uid $USER_UID -gid $USER_GID -- env XDG_RUNTIME_DIR=/run/user/$USER_UID \
+			systemctl --user list-units --all --plain --no-legend 'agentrun-*' 2>&1 | tr '\n' ' ')
+		if [ -n "$left$units" ]; then
+			say "VMTEST-WARN $mode $name left behind: cgroups: ${left:-none}; units: ${units:-none}"
+			[ $rc -eq 0 ] && rc=1
+		fi
+	else
+		left=$(list_cgroups | grep -vxF -f /vmtest/cgroups.before | tr '\n' ' ')
+		[ -n "$left" ] && say "VMTEST-WARN $mode $name cgroups left: $left"
+	fi
 
 	if [ $rc -eq 0 ]; then
 		result=PASS

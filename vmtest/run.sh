@@ -33,6 +33,14 @@ options:
                         root          uid 0, in the root cgroup
                         user          uid 1000, in a delegated cgroup
                         user-nodeleg  uid 1000, in a cgroup it does not own
+                        user-systemd  uid 1000 under a real systemd with a
+                                      user manager, its cgroup not delegated
+                                      (needs --systemd)
+  --systemd           boot Debian bookworm with systemd (vmtest/sdroot.sh
+                      builds the root image once, as root) instead of the
+                      busybox init; only the modes root and user-systemd
+  --bin-run NAME=REGEXP
+                      -test.run for the test binary named NAME only
   --run REGEXP        passed to every test binary as -test.run
   --test-arg ARG      extra argument for every test binary (repeatable)
   --test-timeout DUR  -test.timeout for each binary (default 10m)
@@ -88,6 +96,8 @@ memory=2G
 smp=2
 accel=tcg
 tests=()
+systemd=0
+bin_runs=()
 
 while (($#)); do
 	case $1 in
@@ -106,6 +116,8 @@ while (($#)); do
 	--memory) memory=${2:?--memory needs a size}; shift 2 ;;
 	--smp) smp=${2:?--smp needs a number}; shift 2 ;;
 	--accel) accel=${2:?--accel needs a name}; shift 2 ;;
+	--systemd) systemd=1; shift ;;
+	--bin-run) bin_runs+=("${2:?--bin-run needs NAME=REGEXP}"); shift 2 ;;
 	-h | --help) usage; exit 0 ;;
 	--) shift; tests+=("$@"); break ;;
 	-*) usage_error "unknown option $1" ;;
@@ -124,7 +136,11 @@ check_modes() {
 	IFS=, read -r -a list <<<"$1"
 	((${#list[@]})) || usage_error "empty mode list"
 	for m in "${list[@]}"; do
-		case $m in root | user | user-nodeleg) ;; *) usage_error "unknown mode '$m' (root, user, user-nodeleg)" ;; esac
+		if ((systemd)); then
+			case $m in root | user-systemd) ;; *) usage_error "mode '$m' with --systemd (root, user-systemd)" ;; esac
+		else
+			case $m in root | user | user-nodeleg) ;; user-systemd) usage_error "mode user-systemd needs --systemd" ;; *) usage_error "unknown mode '$m' (root, user, user-nodeleg)" ;; esac
+		fi
 	done
 	[[ $(printf '%s\n' "${list[@]}" | sort | uniq -d) == "" ]] || usage_error "repeated mode in '$1'"
 }
@@ -134,6 +150,9 @@ for kv in "${envs[@]}"; do
 done
 for a in "${test_args[@]}"; do
 	[[ $a != *$'\n'* ]] || usage_error "test arguments cannot hold newlines"
+done
+for br in "${bin_runs[@]}"; do
+	[[ $br == ?*=?* && $br != *$'\n'* ]] || usage_error "--bin-run wants NAME=REGEXP, got '$br'"
 done
 # Split TESTBIN@MODES into parallel arrays; count the expected results.
 declare -A seen=()
@@ -229,6 +248,13 @@ if [[ ! -f $kdir/.complete ]]; then
 fi
 kver=$(cat "$kdir/kver" 2>/dev/null || echo "${pkg#linux-image-}")
 log "kernel $pkg ($kver)"
+
+# ---- 1b. the systemd root image (--systemd), cached ---------------------------
+sdimg=""
+if ((systemd)); then
+	bash "$here/sdroot.sh" || die "vmtest/sdroot.sh failed"
+	sdimg=$work/sdroot/root.ext4
+fi
 
 # ---- 2. the initramfs --------------------------------------------------------
 stage=$work/initramfs
@@ -359,7 +385,10 @@ add_module() {
 	ko_cat "$f" >"$root/lib/modules/$kver/$rel"
 	echo "/lib/modules/$kver/$rel${params:+ $params}" >>"$root/vmtest/modules"
 }
-if [[ $tmp_fs == ext4 ]]; then
+if ((systemd)); then
+	# The root is a virtio disk; /tmp is on it (ext4, like a Debian host).
+	modules+=(virtio_pci virtio_blk)
+elif [[ $tmp_fs == ext4 ]]; then
 	# /tmp lives on a brd RAM disk; ext4 itself is built in.
 	add_module brd "rd_nr=1 rd_size=$((tmp_size * 1024)) max_part=0"
 	mke2fs_bin=$(command -v mke2fs || echo /usr/sbin/mke2fs)
@@ -375,6 +404,12 @@ printf '%s\n' "$test_timeout" >"$root/vmtest/test-timeout"
 printf '%s\n' "$tmp_fs" >"$root/vmtest/tmp-fs"
 printf '%s\n' "${envs[@]}" >"$root/vmtest/env"
 printf '%s\n' "${test_args[@]}" >"$root/vmtest/test-args"
+for br in "${bin_runs[@]}"; do
+	printf '%s\n' "-test.run=${br#*=}" >"$root/vmtest/run.${br%%=*}"
+done
+if ((systemd)); then
+	: >"$root/vmtest/systemd"
+fi
 install -m 0755 "$here/init.sh" "$root/vmtest/init"
 install -m 0755 "$here/stage1.sh" "$stage/init"
 
@@ -405,9 +440,16 @@ log "initramfs $(du -h "$initrd" | cut -f1) ($((SECONDS - t_start)) s so far)"
 # ---- 3. boot and run ----------------------------------------------------------
 console=$work/console.log
 append="console=ttyS0 cgroup_no_v1=all panic=-1 quiet"
+drive=()
+if ((systemd)); then
+	# snapshot=on: writes go to a temporary file, the cached image stays
+	# pristine.
+	append+=" systemd.show_status=0 rd.udev.log_level=3 systemd.log_level=warning"
+	drive=(-drive "file=$sdimg,format=raw,if=virtio,snapshot=on")
+fi
 qemu=(qemu-system-x86_64 -accel "$accel" -cpu max -m "$memory" -smp "$smp"
 	-display none -monitor none -serial stdio -nic none -no-reboot
-	-kernel "$kdir/vmlinuz" -initrd "$initrd" -append "$append")
+	-kernel "$kdir/vmlinuz" -initrd "$initrd" -append "$append" "${drive[@]}")
 log "booting: ${qemu[*]}"
 log "console: $console (timeout ${timeout}s)"
 t_boot=$SECONDS

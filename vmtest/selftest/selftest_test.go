@@ -109,6 +109,15 @@ func TestCgroupAccess(t *testing.T) {
 		testRootCgroup(t)
 	case "user":
 		testDelegated(t, own)
+	case "user-systemd":
+		// Not delegated, but a user manager that can hand out scopes.
+		if err := os.Mkdir(filepath.Join(own, "child"), 0o755); !errors.Is(err, fs.ErrPermission) {
+			t.Fatalf("mkdir in vmtest.service's cgroup: err=%v, want EACCES", err)
+		}
+		sock := filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "systemd", "private")
+		if fi, err := os.Stat(sock); err != nil || fi.Mode().Type() != fs.ModeSocket {
+			t.Fatalf("no systemd user manager socket at %s: %v", sock, err)
+		}
 	case "user-nodeleg":
 		err := os.Mkdir(filepath.Join(own, "child"), 0o755)
 		if !errors.Is(err, fs.ErrPermission) {
