@@ -93,7 +93,7 @@ func (m *Manager) ServeUserManager(t testing.TB, dir string) string {
 			go func() {
 				defer m.wg.Done()
 				defer c.Close()
-				if err := m.serve(c); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				if err := m.serve(c); !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 					t.Logf("fake systemd: %v", err)
 				}
 			}()
@@ -191,7 +191,7 @@ func (m *Manager) serve(c net.Conn) error {
 			return fmt.Errorf("bus: %s before Hello", msg.Member)
 		}
 		if !m.Bus && msg.Member == "Hello" {
-			return errors.New("Hello on a peer-to-peer connection")
+			return errors.New("a Hello on a peer-to-peer connection")
 		}
 		call := Call{Member: msg.Member}
 		switch msg.Member {
