@@ -94,7 +94,23 @@ func startC(cfg *Config) (*Process, error) {
 		_, _ = awaitProg()
 		return nil, err
 	}
-	p, err := startCInit(plan, parentSock, std, cg)
+	// The id maps and the byte that releases the child into its setup are
+	// written on the thread that cloned it, straight after the clone: a
+	// hand-off to this goroutine first would hold the child back for a
+	// scheduler wake-up.
+	releaseChild := func(pid int) error {
+		if plan.CloneFlags&unix.CLONE_NEWUSER != 0 {
+			if err := writeIDMaps(pid, spec.Linux, os.Geteuid() != 0); err != nil {
+				return &postCloneError{step: "id maps", err: err}
+			}
+		}
+		// One byte: the maps are written; the child builds the root meanwhile.
+		if _, err := parentSock.Write([]byte{'g'}); err != nil {
+			return &postCloneError{step: "sync", err: err}
+		}
+		return nil
+	}
+	p, err := startCInit(plan, parentSock, std, cg, releaseChild)
 	// The child holds its own copies now. The sync socket's child end in
 	// particular must go at once: while this process holds it, a child
 	// that dies without a report never shows up as EOF and Start hangs.
@@ -112,18 +128,10 @@ func startC(cfg *Config) (*Process, error) {
 		p.wait()
 		return nil, e
 	}
-	if plan.CloneFlags&unix.CLONE_NEWUSER != 0 {
-		if err := writeIDMaps(p.pid, spec.Linux, os.Geteuid() != 0); err != nil {
-			_, _ = awaitProg()
-			p.Kill()
-			return nil, p.failed("id maps", err)
-		}
-	}
-	// One byte: the maps are written; the child builds the root meanwhile.
-	if _, err := parentSock.Write([]byte{'g'}); err != nil {
+	if pe := p.postClone; pe != nil {
 		_, _ = awaitProg()
 		p.Kill()
-		return nil, p.failed("sync", err)
+		return nil, p.failed(pe.step, pe.err)
 	}
 	cgErr := p.placeCgroup(cg)
 	prog, err := awaitProg()
@@ -164,7 +172,7 @@ func (p *Process) childError(fallback error) error {
 // startCInit clones the init, into its cgroup when clone3 can place it
 // there, otherwise plainly (placeCgroup then moves it before the child is
 // released).
-func startCInit(plan *cinit.Plan, sock *os.File, std *stdio, cg *CgroupPlacement) (*Process, error) {
+func startCInit(plan *cinit.Plan, sock *os.File, std *stdio, cg *CgroupPlacement, release func(pid int) error) (*Process, error) {
 	tryFD := cg != nil && cg.FD >= 0
 	for {
 		plan.CgroupFD, plan.TaskFDs = -1, nil
@@ -180,7 +188,7 @@ func startCInit(plan *cinit.Plan, sock *os.File, std *stdio, cg *CgroupPlacement
 		}
 		p := &Process{sock: sock, waited: make(chan struct{}), inCgroup: tryFD || selfPlaced}
 		started := make(chan error, 1)
-		go p.runC(plan, std, started)
+		go p.runC(plan, std, release, started)
 		err := <-started
 		if err == nil {
 			return p, nil
@@ -197,7 +205,7 @@ func startCInit(plan *cinit.Plan, sock *os.File, std *stdio, cg *CgroupPlacement
 // runC clones the init and waits for it on one locked OS thread: the
 // parent death signal fires when the thread that cloned the child exits,
 // so the thread must outlive the child.
-func (p *Process) runC(plan *cinit.Plan, std *stdio, started chan<- error) {
+func (p *Process) runC(plan *cinit.Plan, std *stdio, release func(pid int) error, started chan<- error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	pid, err := cinit.Start(plan)
@@ -207,6 +215,15 @@ func (p *Process) runC(plan *cinit.Plan, std *stdio, started chan<- error) {
 		return
 	}
 	p.pid = pid
+	if release != nil {
+		if err := release(pid); err != nil {
+			var pe *postCloneError
+			if !errors.As(err, &pe) {
+				pe = &postCloneError{step: "sync", err: err}
+			}
+			p.postClone = pe
+		}
+	}
 	// On Linux this holds a pidfd, so the wait below cannot hit a reused pid.
 	proc, err := os.FindProcess(pid)
 	started <- nil

@@ -73,6 +73,15 @@ type CgroupPlacement struct {
 	Tasks []*os.File
 }
 
+// postCloneError is a failure of the release step that runs right after
+// the clone; Start kills the child and reports it under step.
+type postCloneError struct {
+	step string
+	err  error
+}
+
+func (e *postCloneError) Error() string { return e.step + ": " + e.err.Error() }
+
 // Exit is how the sandboxed command ended.
 type Exit struct {
 	Code   int // exit status, or 128+Signal
@@ -90,6 +99,9 @@ type Process struct {
 	pending *report
 	// inCgroup: clone3 placed the init in its cgroup.
 	inCgroup bool
+	// postClone is set when the C init's release step (id maps, the sync
+	// byte) failed; set before Start learns of the child.
+	postClone *postCloneError
 	// prog is the loaded filter; notifier answers its user notifications.
 	prog        *seccomp.Program
 	onViolation func(seccomp.Event)
