@@ -1561,7 +1561,7 @@ static _Noreturn void child(const struct ar_plan *p, int heap_left_behind)
 
 /* ---- entry points, run in the Go parent ---- */
 
-/* Go's heap arenas are this size and aligned to it (linux/amd64, arm64). */
+/* Go's heap arenas are this size and aligned to it on 64-bit Linux. */
 #define GO_ARENA (64UL << 20)
 
 /*
@@ -1577,6 +1577,13 @@ static _Noreturn void child(const struct ar_plan *p, int heap_left_behind)
  */
 static int mark_heap(const struct ar_plan *p, int advice)
 {
+#if UINTPTR_MAX <= 0xffffffffu
+	/* 32-bit Go uses 4 MiB arenas that need not be aligned like this:
+	 * leave the heap to shed_parent. */
+	(void)p;
+	(void)advice;
+	return 0;
+#endif
 	int whole = p->nheap > 0;
 	for (int i = 0; i < p->nheap && i < 4; i++) {
 		uintptr_t base = p->heap[i] & ~(GO_ARENA - 1);
