@@ -282,7 +282,12 @@ func BenchmarkIdmapUserns(b *testing.B) {
 }
 
 // cgroup2Dir returns a fresh cgroup v2 directory for a test, or skips.
-func cgroup2Dir(t *testing.T) string {
+func cgroup2Dir(t *testing.T) string { return cgroupTestDir(t, "cgroup2", "") }
+
+// cgroupTestDir returns a fresh directory in the first mounted hierarchy of
+// type fstype (cgroup or cgroup2) whose super options include option (any
+// when empty), or skips.
+func cgroupTestDir(t *testing.T, fstype, option string) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("creating a cgroup needs root here")
@@ -293,16 +298,18 @@ func cgroup2Dir(t *testing.T) string {
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
-		if i := indexOf(f, "-"); i > 0 && i+1 < len(f) && f[i+1] == "cgroup2" {
-			dir := fmt.Sprintf("%s/agentrun-cinit-test-%d", f[4], os.Getpid())
-			if err := os.Mkdir(dir, 0o755); err != nil {
-				t.Skipf("cannot create a cgroup v2 directory: %v", err)
-			}
-			t.Cleanup(func() { _ = os.Remove(dir) })
-			return dir
+		i := indexOf(f, "-")
+		if i < 0 || i+3 >= len(f) || f[i+1] != fstype || (option != "" && !strings.Contains(","+f[i+3]+",", ","+option+",")) {
+			continue
 		}
+		dir := fmt.Sprintf("%s/agentrun-cinit-test-%d", f[4], os.Getpid())
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Skipf("cannot create a %s directory: %v", fstype, err)
+		}
+		t.Cleanup(func() { _ = os.Remove(dir) })
+		return dir
 	}
-	t.Skip("no cgroup v2 hierarchy mounted")
+	t.Skipf("no %s hierarchy %s mounted", fstype, option)
 	return ""
 }
 

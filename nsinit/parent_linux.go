@@ -257,7 +257,16 @@ func clone3Refused(err error) bool {
 // placeCgroup moves the init into its cgroup unless clone3 already did.
 // The init blocks on the config message, so nothing of it has run yet.
 func (p *Process) placeCgroup(cg *CgroupPlacement) error {
-	if cg == nil || p.inCgroup || cg.Add == nil {
+	if cg == nil || p.inCgroup {
+		return nil
+	}
+	if cg.Add == nil {
+		// A cgroup was asked for (a v2 fd that clone3 could not use, or
+		// v1 tasks files the Go init cannot use), and running the sandbox
+		// outside it would be weaker than requested.
+		if cg.FD >= 0 || len(cg.Tasks) > 0 {
+			return &StepError{Step: "cgroup placement", Msg: "the init could not be placed at clone time and the placement has no Add"}
+		}
 		return nil
 	}
 	if err := cg.Add(p.pid); err != nil {
