@@ -43,8 +43,8 @@ const SeccompUnconfined = "unconfined"
 const MountTypeSymlink = "agentrun-symlink"
 
 // MountTypeCopy is an agentrun extension of Spec.Mounts used only with a
-// tmpfs root: it copies the regular file Source to Destination before the
-// root turns read-only. The small /etc files use it instead of binds: a
+// tmpfs root: it copies the regular file Source, which must be readable by
+// all, to Destination before the root turns read-only. The small /etc files use it instead of binds: a
 // copy costs a fraction of a mount to make and to tear down, and the
 // sandbox gets a snapshot taken at spawn time.
 const MountTypeCopy = "agentrun-copy"
@@ -344,7 +344,11 @@ func systemMounts(h *HostInfo) ([]specs.Mount, error) {
 				continue
 			}
 		}
-		if fi.Mode().IsRegular() && fi.Size() <= copyMaxFile && copied+fi.Size() <= copyMaxTotal {
+		// Only files anyone may read: the init makes the copy, owned by the
+		// sandbox user, so a file its owner or group alone may read would
+		// become readable in the sandbox (or, where the init cannot read
+		// it either, fail every spawn). A bind shows it as on the host.
+		if fi.Mode().IsRegular() && fi.Mode().Perm()&0o004 != 0 && fi.Size() <= copyMaxFile && copied+fi.Size() <= copyMaxTotal {
 			copied += fi.Size()
 			ms = append(ms, specs.Mount{Destination: f, Type: MountTypeCopy, Source: src})
 			continue

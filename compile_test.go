@@ -17,6 +17,7 @@ type fakeFS struct {
 	links       map[string]string
 	contents    map[string][]byte
 	sizes       map[string]int64
+	modes       map[string]fs.FileMode // files' permissions; 0644 if absent
 }
 
 type fakeInfo struct {
@@ -41,7 +42,11 @@ func (f *fakeFS) host(uid int) *HostInfo {
 			case f.dirs[p]:
 				return fakeInfo{p, fs.ModeDir | 0o755, 4096}, nil
 			case f.files[p]:
-				return fakeInfo{p, 0o644, f.sizes[p]}, nil
+				mode, ok := f.modes[p]
+				if !ok {
+					mode = 0o644
+				}
+				return fakeInfo{p, mode, f.sizes[p]}, nil
 			case f.links[p] != "":
 				return fakeInfo{p, fs.ModeSymlink | 0o777, 16}, nil
 			}
@@ -358,5 +363,29 @@ func TestCompileCapAdd(t *testing.T) {
 	s, _ = Compile(&Policy{Command: []string{"true"}}, newFakeFS().host(1000))
 	if c := s.Process.Capabilities; len(c.Bounding)+len(c.Effective)+len(c.Permitted)+len(c.Inheritable)+len(c.Ambient) != 0 {
 		t.Errorf("default must hold no capability: %+v", c)
+	}
+}
+
+// TestCompileCopiesOnlyWorldReadableEtcFiles: a copy is made by the init
+// and owned by the sandbox user, so an /etc file that only its owner or
+// group may read is bound as it is (still unreadable in the sandbox), not
+// copied, whether it is the entry itself or a link's target.
+func TestCompileCopiesOnlyWorldReadableEtcFiles(t *testing.T) {
+	f := newFakeFS()
+	f.files["/etc/gitconfig"] = true
+	f.modes = map[string]fs.FileMode{"/etc/gitconfig": 0o640, "/run/resolv.conf": 0o600, "/etc/hosts": 0o604}
+	for _, uid := range []int{0, 1000} {
+		s, err := Compile(&Policy{Command: []string{"true"}}, f.host(uid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for dest, src := range map[string]string{"/etc/gitconfig": "/etc/gitconfig", "/etc/resolv.conf": "/run/resolv.conf"} {
+			if m := mountAt(s, dest); m == nil || m.Type != "bind" || m.Source != src || !hasOption(m, "ro") {
+				t.Errorf("uid %d: a non-world-readable %s must be a read-only bind of %s, got %+v", uid, dest, src, m)
+			}
+		}
+		if m := mountAt(s, "/etc/hosts"); m == nil || m.Type != MountTypeCopy {
+			t.Errorf("uid %d: a world-readable /etc/hosts should be copied, got %+v", uid, m)
+		}
 	}
 }

@@ -502,3 +502,45 @@ func TestSwappedPathRace(t *testing.T) {
 	t.Run("workspace", func(t *testing.T) { t.Parallel(); race(t, true) })
 	t.Run("--ro source", func(t *testing.T) { t.Parallel(); race(t, false) })
 }
+
+// TestUnreadableEtcFileStaysUnreadable: an /etc file the sandbox would get
+// that only its owner or group may read (a host where an admin made
+// /etc/gitconfig 0640, say) must neither break every spawn nor reach the
+// sandbox readable: it is shown as it is on the host, unreadable. The
+// host state is made in a private mount namespace around agentrun.
+func TestUnreadableEtcFileStaysUnreadable(t *testing.T) {
+	needRoot(t)
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("no unshare(1) on this host")
+	}
+	target := ""
+	for _, f := range []string{"/etc/gitconfig", "/etc/inputrc", "/etc/host.conf", "/etc/profile", "/etc/protocols"} {
+		if fi, err := os.Lstat(f); err == nil && fi.Mode().IsRegular() {
+			target = f
+			break
+		}
+	}
+	if target == "" {
+		t.Skip("none of the candidate /etc files is a regular file here")
+	}
+	t.Parallel()
+	for _, mode := range []os.FileMode{0o600, 0o640} {
+		t.Run(strconv.FormatUint(uint64(mode), 8), func(t *testing.T) {
+			t.Parallel()
+			dir, file, secret := hostSecret(t)
+			if err := os.Chmod(file, mode); err != nil {
+				t.Fatal(err)
+			}
+			wrapper := filepath.Join(dir, "agentrun-private-etc")
+			writeFile(t, wrapper, "#!/bin/sh\nexec unshare -m sh -c 'src=$1 dst=$2 bin=$3; shift 3; mount --bind \"$src\" \"$dst\" && exec \"$bin\" \"$@\"' sh "+
+				file+" "+target+" "+agentrunBin+" \"$@\"\n", 0o755)
+			ws := newWorkspace(t)
+			r := spawn(t, spawnCfg{ws: ws, bin: wrapper}, "/workspace/attacker", "read", target)
+			if strings.Contains(r.stdout+r.stderr, secret) {
+				t.Fatalf("SANDBOX ESCAPE: the sandbox read the host's mode %o %s:\n%s", mode, target, r)
+			}
+			mustBlock(t, r, "read a mode "+strconv.FormatUint(uint64(mode), 8)+" "+target)
+			mustSucceed(t, spawn(t, spawnCfg{ws: ws, bin: wrapper}, "/workspace/attacker", "read", "/etc/passwd"), "read /etc/passwd next to it")
+		})
+	}
+}

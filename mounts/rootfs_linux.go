@@ -469,7 +469,8 @@ func symlinkIn(rootfd int, target, p string) error {
 
 // openCopySource opens the source of a TypeCopy entry: no symlink in the
 // path (the compiler resolved them, as for binds), and non-blocking, so a
-// FIFO swapped in cannot stall the setup; it must be a regular file.
+// FIFO swapped in cannot stall the setup; it must be a regular file that
+// anyone may read, since the copy belongs to the sandbox user.
 func openCopySource(src string) (int, error) {
 	fd, err := unix.Openat2(unix.AT_FDCWD, src, &unix.OpenHow{
 		Flags:   unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC | unix.O_NOFOLLOW,
@@ -482,6 +483,10 @@ func openCopySource(src string) (int, error) {
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		unix.Close(fd)
 		return -1, fmt.Errorf("copy source %s: not a regular file", src)
+	}
+	if st.Mode&unix.S_IROTH == 0 {
+		unix.Close(fd)
+		return -1, fmt.Errorf("copy source %s: not readable by all", src)
 	}
 	return fd, nil
 }

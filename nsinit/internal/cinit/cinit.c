@@ -545,7 +545,8 @@ static int clone_bind(struct ctx *c, const struct ar_mount *m)
 
 /* open_copy_source opens the source of a copy: no symlink in the path (the
  * compiler resolved them, as for binds), non-blocking so that a FIFO cannot
- * stall the setup, and it must be a regular file. */
+ * stall the setup, and it must be a regular file that anyone may read, since
+ * the copy belongs to the sandbox user. */
 static int open_copy_source(struct ctx *c, const char *src)
 {
 	int fd = open_in(AT_FDCWD, src, O_RDONLY | O_NONBLOCK | O_NOFOLLOW, RESOLVE_NO_SYMLINKS);
@@ -556,6 +557,11 @@ static int open_copy_source(struct ctx *c, const char *src)
 		close(fd);
 		errno = EINVAL;
 		return detail(c, "copy source (not a regular file) ", src);
+	}
+	if (!(st.st_mode & S_IROTH)) {
+		close(fd);
+		errno = EACCES;
+		return detail(c, "copy source (not readable by all) ", src);
 	}
 	return fd;
 }
