@@ -1,0 +1,110 @@
+//go:build linux
+
+package agentrun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentrun/agentrun/nsinit"
+	"github.com/agentrun/agentrun/seccomp"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// procsWith lists the host pids whose command line contains marker.
+func procsWith(marker string) []string {
+	var pids []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(b), marker) {
+			pids = append(pids, e.Name())
+		}
+	}
+	return pids
+}
+
+// withoutPIDNamespace drops the PID namespace from spec, as an OCI bundle
+// may, and the /proc mount a fresh PID namespace would need.
+func withoutPIDNamespace(spec *specs.Spec) {
+	var nss []specs.LinuxNamespace
+	for _, ns := range spec.Linux.Namespaces {
+		if ns.Type != specs.PIDNamespace {
+			nss = append(nss, ns)
+		}
+	}
+	spec.Linux.Namespaces = nss
+	var ms []specs.Mount
+	for _, m := range spec.Mounts {
+		if m.Destination != "/proc" {
+			ms = append(ms, m)
+		}
+	}
+	spec.Mounts = ms
+	spec.Linux.MaskedPaths, spec.Linux.ReadonlyPaths = nil, nil
+}
+
+// TestRunSpecKillsDaemons: whatever the command leaves running is gone when
+// RunSpec returns, with a PID namespace (the kernel takes the namespace
+// down with init) and without one (an OCI-style spec: only the cgroup kill
+// reaches a daemonized grandchild), under both inits.
+func TestRunSpecKillsDaemons(t *testing.T) {
+	cache := &seccomp.Cache{}
+	for _, b := range []string{nsinit.BackendC, nsinit.BackendGo} {
+		for _, pidns := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/pidns=%v", b, pidns), func(t *testing.T) {
+				t.Setenv(nsinit.BackendEnv, b)
+				marker := fmt.Sprintf("%d.%06d", 900+time.Now().Nanosecond()%90, time.Now().UnixNano()%1000000)
+				p := &Policy{Workspace: t.TempDir(), Command: []string{"/bin/sh", "-c",
+					"setsid sleep " + marker + " </dev/null >/dev/null 2>&1 & sleep 0.2; exit 0"}}
+				h, err := NewHostInfo(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				spec, err := Compile(p, h)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !pidns {
+					withoutPIDNamespace(spec)
+				}
+				res, err := RunSpec(context.Background(), spec, 0, Options{SeccompCache: cache}, time.Now())
+				var se *SetupError
+				if errors.As(err, &se) && (se.Step == "user namespace" || se.Step == "clone") {
+					t.Skipf("no sandbox here: %v", err)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.ExitCode != 0 {
+					t.Fatalf("the launching shell: exit %d %s", res.ExitCode, res.Error)
+				}
+				if !pidns && res.Limits == "" {
+					// Pre-existing: without a cgroup nothing reaches a
+					// daemon outside a PID namespace.
+					t.Skip("no cgroup for the sandbox here, so nothing can take the tree down without a PID namespace")
+				}
+				if left := procsWith(marker); len(left) > 0 {
+					t.Errorf("the daemonized sleep %s survived the sandbox (pids %v)", marker, left)
+					for _, pid := range left {
+						if p, err := os.FindProcess(atoi(pid)); err == nil {
+							_ = p.Kill()
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+func atoi(s string) int {
+	n := 0
+	fmt.Sscan(s, &n)
+	return n
+}
