@@ -1578,8 +1578,11 @@ static _Noreturn void child(const struct ar_plan *p, int heap_left_behind)
  * in the parent afterwards. The arenas hold only Go memory, so nothing the
  * child needs is left out. Returns 1 when every arena was marked whole;
  * otherwise the child drops what it got (shed_parent). A concurrent clone
- * elsewhere in the process that overlaps this window also leaves the
- * heap behind, which is harmless for a child that runs C code only.
+ * of another C init that overlaps this window also leaves the heap behind,
+ * which is harmless for a child that runs C code only; a fork by os/exec is
+ * not (its child runs Go code on the heap until it execs), and the caller
+ * (cinit.Start) keeps those out of the window with syscall.ForkLock. A
+ * plain fork(2) made by C code elsewhere in the process is not excluded.
  */
 static int mark_heap(const struct ar_plan *p, int advice)
 {

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -146,7 +147,16 @@ func Start(p *Plan) (int, error) {
 	cp.heap[0] = C.uintptr_t(uintptr(unsafe.Pointer(mark)))
 	cp.heap[1] = C.uintptr_t(uintptr(unsafe.Pointer(&onStack)))
 	cp.nheap = 2
+	// ar_start marks the Go heap MADV_DONTFORK around its clone. A fork
+	// by os/exec in that window would leave its child without the heap
+	// and the goroutine stack it runs on: Go starts a child in a user
+	// namespace (the Go init, the idmap holder, a caller's own) with a
+	// plain fork whose child runs Go code until it execs. Go holds
+	// ForkLock for writing across its fork, so holding it for reading here
+	// keeps the two apart; C inits still clone side by side.
+	syscall.ForkLock.RLock()
 	r := C.ar_start(cp)
+	syscall.ForkLock.RUnlock()
 	runtime.KeepAlive(mark)
 	if r < 0 {
 		return 0, unix.Errno(-r)
