@@ -127,8 +127,22 @@ func TestEtcCopies(t *testing.T) {
 			mustBlock(t, attack(t, ws, nil, "chmod", f), "chmod "+f)
 			mustBlock(t, attack(t, ws, nil, "unlink", f), "unlink "+f)
 			mustBlock(t, attack(t, ws, nil, "exe-write", f), "overwrite "+f)
+			mustBlock(t, attack(t, ws, nil, "meta", f), "chown, truncate, utimes, link or rename "+f)
 		})
 	}
+	// The root itself (a tmpfs the init made, so the sandbox user owns it)
+	// and its /etc: no new entries, no mode change, no way back to rw.
+	t.Run("root", func(t *testing.T) {
+		t.Parallel()
+		for _, d := range []string{"/", "/etc"} {
+			mustBlock(t, attack(t, ws, nil, "chmod", d), "chmod "+d)
+			mustBlock(t, attack(t, ws, nil, "write", d+"/agentrun-new", "x"), "create a file in "+d)
+			mustBlock(t, attack(t, ws, nil, "meta", d), "chown, utimes, link or rename "+d)
+		}
+		mustBlock(t, attack(t, ws, nil, "mountop", "remount-rw", "/"), "remount / read-write")
+		mustBlock(t, attack(t, ws, nil, "mountop", "setattr-rw", "/"), "mount_setattr / read-write")
+		mustBlock(t, attack(t, ws, nil, "mountop", "-userns", "-mountns", "remount-rw", "/"), "remount / read-write from a nested user namespace")
+	})
 }
 
 // TestWritesOutsideWorkspace attacks writes that must not reach the host.

@@ -92,6 +92,7 @@ func init() {
 		"mkdir":           {"PATH", "create a directory", cmdMkdir},
 		"chmod":           {"PATH", "make PATH world-writable (chmod 0666)", cmdChmod},
 		"unlink":          {"PATH", "remove a file", cmdUnlink},
+		"meta":            {"PATH", "change PATH without writing its data: chown, truncate, utimes, hard link, rename, set an xattr; escaped if any works", cmdMeta},
 		"rename-exchange": {"A B", "renameat2(RENAME_EXCHANGE)", cmdRenameExchange},
 		"open":            {"PATH r|w|rw|path", "open a path with the given access; escaped if it opens", cmdOpen},
 		"exe-write":       {"PATH", "open PATH for writing (O_WRONLY, O_RDWR) and overwrite its first bytes", cmdExeWrite},
@@ -256,6 +257,34 @@ func cmdChmod(args []string) {
 		blocked("chmod %s: %s", args[0], errName(err))
 	}
 	escaped("changed the mode of %s", args[0])
+}
+
+func cmdMeta(args []string) {
+	need(args, 1)
+	p := args[0]
+	dir := filepath.Dir(p)
+	ops := []struct {
+		name string
+		do   func() error
+	}{
+		{"chown", func() error { return unix.Lchown(p, os.Getuid(), os.Getgid()) }},
+		{"truncate", func() error { return unix.Truncate(p, 0) }},
+		{"utimes", func() error {
+			return unix.UtimesNanoAt(unix.AT_FDCWD, p, []unix.Timespec{{Sec: 1}, {Sec: 1}}, unix.AT_SYMLINK_NOFOLLOW)
+		}},
+		{"link", func() error { return unix.Link(p, filepath.Join(dir, ".agentrun-link")) }},
+		{"rename", func() error { return unix.Rename(p, filepath.Join(dir, ".agentrun-renamed")) }},
+		{"setxattr", func() error { return unix.Lsetxattr(p, "user.agentrun", []byte("x"), 0) }},
+	}
+	var errs []string
+	for _, op := range ops {
+		if err := op.do(); err == nil {
+			escaped("%s %s went through", op.name, p)
+		} else {
+			errs = append(errs, op.name+": "+errName(err))
+		}
+	}
+	blocked("%s: %s", p, strings.Join(errs, "; "))
 }
 
 func cmdUnlink(args []string) {
