@@ -394,6 +394,12 @@ func (p *Process) read() (report, error) {
 	rerr := raw.Read(func(fd uintptr) bool {
 		if buf == nil {
 			n, _, _, _, err = unix.Recvmsg(int(fd), peek[:], nil, unix.MSG_PEEK|unix.MSG_TRUNC)
+			if errors.Is(err, unix.ECONNRESET) {
+				// The child is gone with a message of ours unread (it died
+				// before reading the release byte): the kernel reports that
+				// once, ahead of what the child sent, and that says why.
+				n, _, _, _, err = unix.Recvmsg(int(fd), peek[:], nil, unix.MSG_PEEK|unix.MSG_TRUNC)
+			}
 			if err != nil || n == 0 {
 				return !errors.Is(err, unix.EAGAIN)
 			}

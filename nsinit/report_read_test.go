@@ -57,3 +57,33 @@ func TestReadReportSizes(t *testing.T) {
 		t.Errorf("a hung-up socket: %v, want EOF", err)
 	}
 }
+
+// TestReadReportAfterReset: a child that dies right after its clone
+// (a failed cgroup placement, say) leaves the parent's release byte unread,
+// which makes the kernel report ECONNRESET on the parent's end once the
+// child's end is gone, ahead of the report the child queued. The report,
+// which says why, must still come back.
+func TestReadReportAfterReset(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent, child := os.NewFile(uintptr(fds[0]), "parent"), fds[1]
+	defer parent.Close()
+	msg, _ := json.Marshal(report{Type: repError, Step: "cgroup placement", Error: "write tasks: no space left on device"})
+	if _, err := unix.Write(child, msg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parent.Write([]byte{'g'}); err != nil { // never read
+		t.Fatal(err)
+	}
+	unix.Close(child)
+	p := &Process{sock: parent}
+	r, err := p.read()
+	if err != nil || r.Type != repError || r.Step != "cgroup placement" {
+		t.Fatalf("got %+v, %v; want the child's cgroup placement report", r, err)
+	}
+	if _, err := p.read(); !errors.Is(err, io.EOF) {
+		t.Errorf("after the report: %v, want EOF", err)
+	}
+}
