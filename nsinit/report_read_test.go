@@ -13,16 +13,23 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// syncPair is a sync socket pair: the parent's end as a file, the
+// child's as an fd the caller closes.
+func syncPair(t *testing.T) (*os.File, int) {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return os.NewFile(uintptr(fds[0]), "parent"), fds[1]
+}
+
 // TestReadReportSizes: Process.read sizes its buffer from each packet, so
 // a report of any size the socket carries comes back whole (longer than
 // the 64 KiB the buffer used to have), with the descriptor sent along, and
 // a hung-up socket reads as EOF.
 func TestReadReportSizes(t *testing.T) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	parent, child := os.NewFile(uintptr(fds[0]), "parent"), fds[1]
+	parent, child := syncPair(t)
 	defer parent.Close()
 	if err := unix.SetsockoptInt(child, unix.SOL_SOCKET, unix.SO_SNDBUF, 1<<20); err != nil {
 		t.Fatal(err)
@@ -64,11 +71,7 @@ func TestReadReportSizes(t *testing.T) {
 // child's end is gone, ahead of the report the child queued. The report,
 // which says why, must still come back.
 func TestReadReportAfterReset(t *testing.T) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	parent, child := os.NewFile(uintptr(fds[0]), "parent"), fds[1]
+	parent, child := syncPair(t)
 	defer parent.Close()
 	msg, _ := json.Marshal(report{Type: repError, Step: "cgroup placement", Error: "write tasks: no space left on device"})
 	if _, err := unix.Write(child, msg); err != nil {
