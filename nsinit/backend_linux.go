@@ -61,13 +61,6 @@ func startSelected(cfg *Config) (p *Process, handled bool, err error) {
 	if b != BackendC {
 		return nil, false, nil
 	}
-	if len(keptCaps(cfg.Spec.Process)) > 0 {
-		// Granting capabilities is implemented by the Go init only.
-		if os.Getenv(BackendEnv) == BackendC || cfg.Backend == BackendC {
-			return nil, true, &StepError{Step: "capabilities", Msg: "--cap-add needs the Go init; set " + BackendEnv + "=go or leave it unset"}
-		}
-		return nil, false, nil
-	}
 	p, err = startC(cfg)
 	return p, true, err
 }

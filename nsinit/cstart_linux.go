@@ -269,6 +269,12 @@ func buildPlan(spec *specs.Spec, prep *preparedMounts, stdio [3]int, sock int) (
 		// Start refused namespace paths already (checkNamespaces).
 		pl.CloneFlags |= uint64(nsFlag(ns.Type))
 	}
+	for c := range keptCaps(proc) {
+		if c >= 64 {
+			return nil, &StepError{Step: "capabilities", Msg: fmt.Sprintf("capability %d is beyond what the C init can grant", c)}
+		}
+		pl.KeepCaps |= 1 << c
+	}
 	pl.ExpectPPID = os.Getpid()
 	if pl.CloneFlags&unix.CLONE_NEWPID != 0 {
 		pl.ExpectPPID = -1

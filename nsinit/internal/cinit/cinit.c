@@ -921,6 +921,24 @@ static int capset_all(uint32_t eff0, uint32_t eff1, uint32_t prm0, uint32_t prm1
 	return (int)syscall(SYS_capset, &h, d);
 }
 
+/* keep_only_granted leaves exactly the plan's granted capabilities in the
+ * effective, permitted and inheritable sets and raises them as ambient. */
+static int keep_only_granted(const struct ar_plan *p)
+{
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+	struct __user_cap_data_struct d[2];
+	for (int i = 0; i < 2; i++)
+		d[i] = (struct __user_cap_data_struct){
+			.effective = p->keep_caps[i], .permitted = p->keep_caps[i], .inheritable = p->keep_caps[i]};
+	if (syscall(SYS_capset, &h, d) < 0)
+		return -1;
+	for (int cap = 0; cap < 64; cap++)
+		if ((p->keep_caps[cap / 32] >> (cap % 32)) & 1 &&
+		    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0) < 0)
+			return -1;
+	return 0;
+}
+
 /* raise_effective makes the effective set equal to the permitted set. A
  * setresuid away from uid 0 of the namespace clears the effective set even
  * with keep-caps; when uid 0 is not mapped (agentrun's own specs) nothing is
@@ -1119,6 +1137,8 @@ static void drop_privileges(struct ctx *c)
 	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
 		what = "clear ambient capabilities";
 	for (int cap = 0; !what; cap++) {
+		if (cap < 64 && (c->p->keep_caps[cap / 32] >> (cap % 32)) & 1)
+			continue; /* granted (--cap-add) */
 		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0)
 			continue;
 		if (errno == EINVAL)
@@ -1517,11 +1537,13 @@ static _Noreturn void child(const struct ar_plan *p, int heap_left_behind)
 		die(&c, "cgroup namespace");
 	drop_privileges(&c);
 	/* The command runs as a uid that is not root in the namespace, so
-	 * execve would clear the permitted and effective sets anyway; clearing
-	 * them here makes the lookup and the filter load run unprivileged, and
-	 * init needs no capability from here on. */
-	if (capset_all(0, 0, 0, 0) < 0)
-		die_parts(&c, (const char *[]){"drop privileges", NULL}, (const char *[]){"clear capability sets", NULL}, errno);
+	 * execve would clear the permitted and effective sets anyway; setting
+	 * them to just the granted capabilities here makes the lookup and the
+	 * filter load run with no more than the command will hold. What
+	 * --cap-add granted is also made inheritable and raised as ambient,
+	 * which is how it crosses the command's execve. */
+	if (keep_only_granted(c.p) < 0)
+		die_parts(&c, (const char *[]){"drop privileges", NULL}, (const char *[]){"set capability sets", NULL}, errno);
 
 	char buf[PATH_MAX];
 	const char *name = p->argv[0], *path;

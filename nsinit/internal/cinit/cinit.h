@@ -96,6 +96,7 @@ struct ar_plan {
 	char *const *envp; /* NULL-terminated */
 	const char *path;  /* PATH for the command lookup ("" when unset) */
 	int no_new_privs;
+	uint32_t keep_caps[2]; /* capabilities granted to the command (bit n = cap n) */
 };
 
 /* The most fds, mounts, devices... a plan may carry: the child keeps

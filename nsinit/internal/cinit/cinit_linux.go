@@ -114,6 +114,9 @@ type Plan struct {
 	// Path is the command's PATH for looking up Argv[0].
 	Path       string
 	NoNewPrivs bool
+	// KeepCaps are the capabilities the command is granted (bit n of the
+	// 64 = capability n): kept in the bounding set, raised as ambient.
+	KeepCaps uint64
 }
 
 // Start clones the init that executes p and returns its pid. The sync
@@ -339,6 +342,7 @@ func (b *builder) plan(p *Plan) (*C.struct_ar_plan, error) {
 		envp:             b.strs(p.Env),
 		path:             b.str(p.Path),
 		no_new_privs:     cbool(p.NoNewPrivs),
+		keep_caps:        [2]C.uint32_t{C.uint32_t(p.KeepCaps), C.uint32_t(p.KeepCaps >> 32)},
 	}
 	if tf := alloc[C.int](b, len(p.TaskFDs)); tf != nil {
 		for i, fd := range p.TaskFDs {
