@@ -36,11 +36,16 @@ const (
 	// filter's share of a spawn.
 	AgentrunUnconfined = "agentrun-unconfined"
 	AgentrunAPI        = "agentrun-api"
+	// BwrapRootless and AgentrunRootless are bwrap and agentrun-none run
+	// by an unprivileged user (nobody when the driver is root): the case
+	// of most agent runners.
+	BwrapRootless    = "bwrap-rootless"
+	AgentrunRootless = "agentrun-rootless"
 )
 
 // Names lists every contender in display order.
 func Names() []string {
-	return []string{ForkExec, Unshare, Bwrap, Runc, RuncRootless, AgentrunNone, AgentrunHost, AgentrunUnconfined, AgentrunAPI}
+	return []string{ForkExec, Unshare, Bwrap, Runc, RuncRootless, AgentrunNone, AgentrunHost, AgentrunUnconfined, AgentrunAPI, BwrapRootless, AgentrunRootless}
 }
 
 // Contender is one way of starting /bin/true in a sandbox (or without one,
@@ -188,6 +193,11 @@ func Build(ctx context.Context, opt Options) (*Set, error) {
 		add(unconfined(opt.Agentrun, tmp))
 	}
 	add(inProcessAgentrun(ws))
+	if selected(opt.Only, BwrapRootless) || selected(opt.Only, AgentrunRootless) {
+		bw, ar := rootlessPair(tmp, opt.Agentrun)
+		add(bw)
+		add(ar)
+	}
 	// Show commands without the random temp path, so reports diff cleanly.
 	for _, c := range set.Contenders {
 		c.Command = strings.ReplaceAll(c.Command, tmp, "$BENCH_TMP")
@@ -328,6 +338,64 @@ func inProcessAgentrun(ws string) *Contender {
 			return nil
 		},
 	}
+}
+
+// rootlessPair builds bwrap and agentrun-none as run by an unprivileged
+// user: their own workspace owned by that user and, when the driver is
+// root, a copy of the agentrun binary that user can reach. Without cgroup
+// delegation agentrun then runs without a cgroup, as it would for that
+// user (its result says limits "none").
+func rootlessPair(tmp, agentrunPath string) (bw, ar *Contender) {
+	bw = &Contender{Name: BwrapRootless, Label: "bubblewrap as bwrap, run by an unprivileged user"}
+	ar = &Contender{Name: AgentrunRootless, Label: "agentrun CLI, default policy, network none, run by an unprivileged user"}
+	fail := func(err error) (*Contender, *Contender) {
+		for _, c := range []*Contender{bw, ar} {
+			c.Status, c.Reason = report.StatusFailed, err.Error()
+		}
+		return bw, ar
+	}
+	uid, gid, asOther := unprivilegedIDs()
+	ws := filepath.Join(tmp, "workspace-rootless")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		return fail(err)
+	}
+	// agentrun's state (the seccomp disk cache) goes to a runtime dir of
+	// that user's inside tmp, so that the set's Close removes it.
+	xdg := filepath.Join(tmp, "xdg-rootless")
+	if err := os.Mkdir(xdg, 0o700); err != nil {
+		return fail(err)
+	}
+	bin := agentrunPath
+	copyErr := error(nil)
+	if asOther {
+		for _, d := range []string{ws, xdg} {
+			if err := os.Chown(d, uid, gid); err != nil {
+				return fail(err)
+			}
+		}
+		// The build tree may not be reachable by that user.
+		bin = filepath.Join(tmp, "agentrun-rootless")
+		b, err := os.ReadFile(agentrunPath)
+		if err == nil {
+			err = os.WriteFile(bin, b, 0o755)
+		}
+		copyErr = err
+	}
+	bw = tool(bw, "bwrap", BwrapArgs(ws, fileExists)...)
+	ar = agentrunCLI(AgentrunRootless, bin, "none")
+	ar.Label = "agentrun CLI, default policy, network none, run by an unprivileged user"
+	if copyErr != nil && ar.Status == "" {
+		ar.Status, ar.Reason = report.StatusFailed, fmt.Sprintf("copy agentrun for the unprivileged user: %v", copyErr)
+	}
+	for _, c := range []*Contender{bw, ar} {
+		c.Dir = ws
+		c.Env = append(withoutEnv(os.Environ(), "XDG_RUNTIME_DIR"), "XDG_RUNTIME_DIR="+xdg)
+		if asOther {
+			c.Cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
+			c.Label += fmt.Sprintf(" (uid %d)", uid)
+		}
+	}
+	return bw, ar
 }
 
 // unprivilegedIDs returns the uid/gid rootless runc runs as: the caller's own
