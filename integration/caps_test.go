@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -31,5 +32,32 @@ func TestCapAdd(t *testing.T) {
 	}
 	if r := spawn(t, spawnCfg{ws: ws, flags: []string{"--cap-add", "CAP_FLY"}}, "/bin/true"); r.code != 125 {
 		t.Errorf("unknown capability must be refused with 125\n%s", r)
+	}
+}
+
+// TestCapAddPtraceCannotReachInit: CAP_SYS_PTRACE granted to the command
+// works on the command's own processes but not on PID 1, the agentrun init:
+// init's memory belongs to the host's user namespace, not the sandbox's.
+// The re-exec'd Go init, whose memory would belong to the sandbox's
+// namespace, refuses the grant instead.
+func TestCapAddPtraceCannotReachInit(t *testing.T) {
+	t.Parallel()
+	ws := newWorkspace(t)
+	flags := []string{"--cap-add", "CAP_SYS_PTRACE"}
+	if os.Getenv("AGENTRUN_INIT") == "go" {
+		r := spawn(t, spawnCfg{ws: ws, flags: flags}, "/bin/true")
+		if r.code != 125 || !strings.Contains(r.stderr, "CAP_SYS_PTRACE") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+			t.Fatalf("the Go init must refuse CAP_SYS_PTRACE in one line\n%s", r)
+		}
+		return
+	}
+	mustBlock(t, attack(t, ws, flags, "ptrace", "1"), "ptrace init with CAP_SYS_PTRACE")
+	mustBlock(t, attack(t, ws, flags, "vmread", "1"), "read init's memory with CAP_SYS_PTRACE")
+	mustBlock(t, attack(t, ws, flags, "open", "/proc/1/exe", "r"), "open /proc/1/exe with CAP_SYS_PTRACE")
+	mustBlock(t, attack(t, ws, flags, "fd-reopen", "/proc/1/fd"), "reopen init's fds with CAP_SYS_PTRACE")
+	// Positive control: the grant works on the command's own child.
+	r := spawn(t, spawnCfg{ws: ws, flags: flags}, "/bin/sh", "-c", "sleep 5 & /workspace/attacker ptrace $!; kill $!")
+	if v, d := r.verdict(); v != "ESCAPED" {
+		t.Errorf("CAP_SYS_PTRACE must allow tracing the command's own child, got %s %s\n%s", v, d, r)
 	}
 }

@@ -126,6 +126,13 @@ func Start(cfg *Config) (*Process, error) {
 	if spec.Process == nil || len(spec.Process.Args) == 0 || spec.Linux == nil {
 		return nil, &StepError{Step: "spec", Msg: "no process, args or linux section"}
 	}
+	if keptCaps(spec.Process)[unix.CAP_SYS_PTRACE] {
+		// The Go init is this binary exec'd inside the sandbox's user
+		// namespace, so its memory belongs to that namespace and being
+		// non-dumpable no longer shields it from a CAP_SYS_PTRACE held
+		// there. The C init's memory belongs to the host's namespace.
+		return nil, &StepError{Step: "capabilities", Msg: "CAP_SYS_PTRACE would let the command trace the Go init (PID 1); use the C init (leave " + BackendEnv + " unset or set it to c)"}
+	}
 	clampRlimits(spec.Process, cfg.Warn)
 
 	prog, err := compileSeccomp(spec, cfg)
