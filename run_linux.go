@@ -105,18 +105,6 @@ func sandboxCgroup(spec *specs.Spec) (*cgroups.Cgroup, error) {
 	return cg, err
 }
 
-func hasPIDNamespace(spec *specs.Spec) bool {
-	if spec.Linux == nil {
-		return false
-	}
-	for _, ns := range spec.Linux.Namespaces {
-		if ns.Type == specs.PIDNamespace && ns.Path == "" {
-			return true
-		}
-	}
-	return false
-}
-
 func syscallViolation(e seccomp.Event) Violation {
 	return Violation{Kind: "syscall", Name: e.Name, Detail: e.Detail, Suggestion: e.Suggestion}
 }
@@ -245,7 +233,7 @@ func RunSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 		// kernel kills and reaps the namespace before init's exit is
 		// reported. Without one, the cgroup kill takes down what is left,
 		// and must precede the stats.
-		if !hasPIDNamespace(spec) {
+		if !nsinit.HasNamespace(spec, specs.PIDNamespace) {
 			_ = cg.Kill()
 		}
 		res.Limits = "cgroup-v1"

@@ -173,12 +173,11 @@ func (p *Process) childError(fallback error) error {
 // there, otherwise plainly (placeCgroup then moves it before the child is
 // released).
 func startCInit(plan *cinit.Plan, sock *os.File, std *stdio, cg *CgroupPlacement, release func(pid int) error) (*Process, error) {
-	tryFD := cg != nil && cg.FD >= 0
-	for {
+	return withCloneFallback(cg, func(intoCgroup bool) (*Process, error) {
 		plan.CgroupFD, plan.TaskFDs = -1, nil
 		selfPlaced := false
 		switch {
-		case tryFD:
+		case intoCgroup:
 			plan.CgroupFD = cg.FD
 		case cg != nil && len(cg.Tasks) > 0:
 			for _, f := range cg.Tasks {
@@ -186,20 +185,11 @@ func startCInit(plan *cinit.Plan, sock *os.File, std *stdio, cg *CgroupPlacement
 			}
 			selfPlaced = true
 		}
-		p := &Process{sock: sock, waited: make(chan struct{}), inCgroup: tryFD || selfPlaced}
+		p := &Process{sock: sock, waited: make(chan struct{}), inCgroup: intoCgroup || selfPlaced}
 		started := make(chan error, 1)
 		go p.runC(plan, std, release, started)
-		err := <-started
-		if err == nil {
-			return p, nil
-		}
-		// clone3 refused (old kernel, a seccomp filter around us).
-		if tryFD && clone3Refused(err) {
-			tryFD = false
-			continue
-		}
-		return nil, err
-	}
+		return p, <-started
+	})
 }
 
 // runC clones the init and waits for it on one locked OS thread: the
@@ -253,14 +243,14 @@ func buildPlan(spec *specs.Spec, prep *preparedMounts, stdio [3]int, sock int) (
 		Masked:       spec.Linux.MaskedPaths,
 		Readonly:     spec.Linux.ReadonlyPaths,
 		RootReadonly: spec.Root == nil || spec.Root.Readonly,
-		Loopback:     hasNamespace(spec, specs.NetworkNamespace),
+		Loopback:     HasNamespace(spec, specs.NetworkNamespace),
 		Cwd:          proc.Cwd,
 		Argv:         proc.Args,
 		Env:          proc.Env,
 		NoNewPrivs:   proc.NoNewPrivileges,
 		// Unshared by the child once it sits in its cgroup (nsFlag leaves
 		// it out of the clone flags), as the Go init does.
-		UnshareCgroupNS: hasNamespace(spec, specs.CgroupNamespace),
+		UnshareCgroupNS: HasNamespace(spec, specs.CgroupNamespace),
 	}
 	for _, f := range prep.files {
 		pl.FDs = append(pl.FDs, int(f.Fd()))

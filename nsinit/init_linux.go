@@ -97,7 +97,7 @@ func initMain(sock *os.File) (int, error) {
 		return 0, step("sync", err)
 	}
 	spec := c.Spec
-	if hasNamespace(spec, specs.CgroupNamespace) {
+	if HasNamespace(spec, specs.CgroupNamespace) {
 		// The parent has placed us in the sandbox's cgroup by now.
 		if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
 			return 0, step("cgroup namespace", err)
@@ -122,7 +122,7 @@ func initMain(sock *os.File) (int, error) {
 		}
 		return 0, step("mounts", err)
 	}
-	if hasNamespace(spec, specs.NetworkNamespace) {
+	if HasNamespace(spec, specs.NetworkNamespace) {
 		if err := netlink.LinkSetUp(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: 1, Name: "lo"}}); err != nil {
 			return 0, step("loopback up", err)
 		}
@@ -193,7 +193,9 @@ func initMain(sock *os.File) (int, error) {
 	return r.Code, nil
 }
 
-func hasNamespace(s *specs.Spec, t specs.LinuxNamespaceType) bool {
+// HasNamespace reports whether s asks for a new namespace of type t
+// (one to create, not one to join).
+func HasNamespace(s *specs.Spec, t specs.LinuxNamespaceType) bool {
 	if s.Linux == nil {
 		return false
 	}

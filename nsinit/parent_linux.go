@@ -228,30 +228,35 @@ func (p *Process) awaitStarted(writeErr error) (*Process, error) {
 // startInit starts the init, inside its cgroup when clone3 can place it
 // there, otherwise plainly (placeCgroup then moves it).
 func startInit(cmd *exec.Cmd, sock *os.File, cg *CgroupPlacement) (*Process, error) {
-	tryFD := cg != nil && cg.FD >= 0
 	pristine, attr := *cmd, *cmd.SysProcAttr // an exec.Cmd starts only once
-	for {
+	return withCloneFallback(cg, func(intoCgroup bool) (*Process, error) {
 		c, a := pristine, attr
 		c.SysProcAttr = &a
-		a.UseCgroupFD = tryFD
-		if tryFD {
+		a.UseCgroupFD = intoCgroup
+		if intoCgroup {
 			a.CgroupFD = cg.FD
 		}
-		p := &Process{sock: sock, waited: make(chan struct{}), inCgroup: tryFD}
+		p := &Process{sock: sock, waited: make(chan struct{}), inCgroup: intoCgroup}
 		started := make(chan error, 1)
 		go p.run(&c, started)
-		err := <-started
-		if err == nil {
-			return p, nil
-		}
-		// clone3 refused (old kernel, a seccomp filter around us): fall
-		// back to moving the pid before the child is released.
-		if tryFD && clone3Refused(err) {
-			tryFD = false
-			continue
-		}
+		return p, <-started
+	})
+}
+
+// withCloneFallback starts the init through start, inside its v2 cgroup
+// (clone3 CLONE_INTO_CGROUP) when cg has one, and once more without it
+// when clone3 itself was refused: placement then moves the pid while the
+// child waits.
+func withCloneFallback(cg *CgroupPlacement, start func(intoCgroup bool) (*Process, error)) (*Process, error) {
+	into := cg != nil && cg.FD >= 0
+	p, err := start(into)
+	if err != nil && into && clone3Refused(err) {
+		p, err = start(false)
+	}
+	if err != nil {
 		return nil, err
 	}
+	return p, nil
 }
 
 // clone3Refused reports whether clone3 itself was refused (an old kernel,
