@@ -75,9 +75,8 @@ static int start_nofile_ok;
  */
 static char *arg_start, *arg_end, *env_end;
 
-__attribute__((constructor)) static void record_start(int argc, char **argv, char **envp)
+static void record_layout(int argc, char **argv, char **envp)
 {
-	start_nofile_ok = getrlimit(RLIMIT_NOFILE, &start_nofile) == 0;
 	if (argc <= 0 || !argv || !argv[0])
 		return;
 	/* Only a contiguous layout (the kernel's) can be overwritten safely. */
@@ -96,6 +95,15 @@ __attribute__((constructor)) static void record_start(int argc, char **argv, cha
 	arg_start = argv[0];
 	arg_end = end;
 	env_end = eend;
+}
+
+__attribute__((constructor)) static void record_start(int argc, char **argv, char **envp)
+{
+	start_nofile_ok = getrlimit(RLIMIT_NOFILE, &start_nofile) == 0;
+	record_layout(argc, argv, envp);
+	/* Last: the init it may start needs the two records above. */
+	if (argc > 0 && argv)
+		ar_prestart(argc, argv, envp);
 }
 
 /* hide_cmdline replaces the init's copy of the caller's arguments and
@@ -1086,19 +1094,40 @@ struct release {
 };
 
 /* await_release blocks until the parent has placed init in its cgroup and
- * compiled the filter. EOF: the parent gave up. */
+ * compiled the filter. EOF: the parent gave up. The message may carry v1
+ * "tasks" files (SCM_RIGHTS) when init was started before its cgroup
+ * existed (a prestart): init writes "0" to each at once, still a single
+ * thread running only code of ours, as child() does with the plan's. */
 static void await_release(struct ctx *c, struct release *r)
 {
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int) * AR_MAX_TASK_FDS)];
+	} ctl;
+	struct iovec iov = {.iov_base = r->u.b, .iov_len = sizeof r->u.b};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b, .msg_controllen = sizeof ctl.b};
 	ssize_t n;
 	do
-		n = recv(c->sync, r->u.b, sizeof r->u.b, MSG_TRUNC);
+		n = recvmsg(c->sync, &mh, MSG_TRUNC | MSG_CMSG_CLOEXEC);
 	while (n < 0 && errno == EINTR);
 	if (n == 0)
 		_exit(EXIT_SETUP_FAILED);
 	if (n < 0)
 		die(c, "sync");
-	if ((size_t)n > sizeof r->u.b || n < 4 || (n - 4) % sizeof(struct sock_filter)) {
+	if ((size_t)n > sizeof r->u.b || n < 4 || (n - 4) % sizeof(struct sock_filter) || (mh.msg_flags & MSG_CTRUNC)) {
 		die_parts(c, (const char *[]){"sync", NULL}, (const char *[]){"bad release message", NULL}, EPROTO);
+	}
+	for (struct cmsghdr *h = CMSG_FIRSTHDR(&mh); h; h = CMSG_NXTHDR(&mh, h)) {
+		if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS)
+			continue;
+		int nfd = (int)((h->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+		int fds[AR_MAX_TASK_FDS];
+		memcpy(fds, CMSG_DATA(h), sizeof(int) * (size_t)(nfd < AR_MAX_TASK_FDS ? nfd : AR_MAX_TASK_FDS));
+		for (int i = 0; i < nfd && i < AR_MAX_TASK_FDS; i++) {
+			if (write(fds[i], "0", 1) != 1)
+				die(c, "cgroup placement");
+			close(fds[i]);
+		}
 	}
 	r->len = (size_t)n;
 }

@@ -103,6 +103,9 @@ struct ar_plan {
  * per-entry state in arrays on its stack. */
 #define AR_MAX_ENTRIES 4096
 
+/* The most v1 "tasks" files a plan or a release message may carry. */
+#define AR_MAX_TASK_FDS 64
+
 /*
  * The release message: the parent's second message, sent once the init is
  * in its cgroup and the filter is compiled. A 4-byte SECCOMP_FILTER_FLAG_*
@@ -130,5 +133,82 @@ int ar_start(const struct ar_plan *plan);
  * the child's pid or -errno.
  */
 int ar_userns_holder(int pipe_rd, void *stack, size_t stack_size);
+
+/*
+ * Prestart. The CLI's process starts the init before the Go runtime does,
+ * from a plan an earlier spawn with the same flags, directory and ids
+ * cached as an image, so that the sandbox's namespaces and root are built
+ * while Go starts. Nothing is trusted from the image until the Go side has
+ * compiled its own plan and found the image byte for byte equal to it; the
+ * init blocks before its release until then, and is killed otherwise.
+ *
+ * An image is one buffer: this header at offset 0, then the plan and
+ * everything it points to, with each pointer stored as an offset from the
+ * buffer's start; relocs lists where those pointers are. Placeholders that
+ * only the starting process knows: argv is NULL (the command comes from
+ * the command line), fds[sync_fd] and the prepared trees' slots are -1,
+ * and expect_ppid is AR_PPID_SELF when it is the starter's own pid.
+ */
+#define AR_IMAGE_MAGIC 0x31535041u /* "APS1" */
+#define AR_IMAGE_MAX (1 << 20)
+#define AR_PPID_SELF (-2)
+
+/* An idmapped bind the starter prepares as a detached tree (nsinit's
+ * prepareMounts): source opened without following symlinks, cloned, and
+ * given attr (MOUNT_ATTR_IDMAP included) with a user namespace that has
+ * these maps. */
+struct ar_prep {
+	const char *source;
+	const char *uid_map, *gid_map; /* "inside outside count\n" lines */
+	uint64_t attr;
+	int recursive;
+	int fd_index; /* its slot in plan->fds */
+};
+
+struct ar_image {
+	uint32_t magic, version;
+	uint64_t size;     /* of the whole image */
+	uint64_t checksum; /* FNV-1a 64 of the image with this field zero */
+	/* The binary that wrote it: a new build invalidates every image. */
+	uint64_t exe_dev, exe_ino, exe_size, exe_mtime_sec, exe_mtime_nsec;
+	uint64_t relocs, nrelocs; /* offset of a uint64_t[nrelocs] */
+	const char *key; /* what the cache is keyed by, keylen bytes */
+	uint64_t keylen;
+	const struct ar_plan *plan;
+	/* The init's /proc/PID/{setgroups,uid_map,gid_map}; NULL: not written. */
+	const char *setgroups, *uid_map, *gid_map;
+	const struct ar_prep *prep;
+	int nprep;
+};
+
+/* What the starter did, for the Go side (ar_prestart_take). */
+enum {
+	AR_PRESTART_OFF = 0,     /* not the CLI's spawn, or disabled */
+	AR_PRESTART_MISS = 1,    /* no usable image: key and path are set */
+	AR_PRESTART_STARTED = 2, /* an init runs from the image */
+};
+
+struct ar_prestart {
+	int state;
+	int pid, sock;  /* STARTED: the init and the parent's end of its sync socket */
+	const unsigned char *image; /* STARTED: the image as read, before relocation */
+	uint64_t image_len;
+	char *const *argv; /* STARTED: the command the init was given */
+	const char *path;  /* the cache file for this key */
+	const char *key;
+	uint64_t keylen;
+	uint64_t exe_dev, exe_ino, exe_size, exe_mtime_sec, exe_mtime_nsec;
+};
+
+/* ar_prestart runs in the process's constructor (cinit.c) when the binary
+ * enables it (nsinit/prestart); ar_prestart_take hands its result to the
+ * Go side once: later calls see AR_PRESTART_OFF. */
+void ar_prestart(int argc, char **argv, char **envp);
+struct ar_prestart ar_prestart_take(void);
+
+/* ar_image_load validates img (len bytes, writable, relocated in place)
+ * and returns its plan, or NULL with errno set. check_sum 0 skips the
+ * checksum, for tests that exercise the structural checks. */
+const struct ar_plan *ar_image_load(unsigned char *img, uint64_t len, int check_sum, const struct ar_image **hdr);
 
 #endif

@@ -133,7 +133,7 @@ func Start(p *Plan) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	b, err := newBuilder(p, strs)
+	b, err := newBuilder(p, strs, 0)
 	if err != nil {
 		return 0, err
 	}
@@ -243,10 +243,10 @@ type builder struct {
 	full bool // an alloc did not fit: the plan is incomplete
 }
 
-func newBuilder(p *Plan, strs []string) (*builder, error) {
+func newBuilder(p *Plan, strs []string, extra int) (*builder, error) {
 	// An upper bound: every string with its NUL and alignment, every array
 	// with a NULL slot and alignment, and the structs.
-	size := 4096 + int(unsafe.Sizeof(C.struct_ar_plan{}))
+	size := 4096 + extra + int(unsafe.Sizeof(C.struct_ar_plan{}))
 	for _, s := range strs {
 		size += len(s) + 16
 	}

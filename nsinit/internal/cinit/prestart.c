@@ -1,0 +1,490 @@
+//go:build linux && cgo
+
+/*
+ * prestart.c: start the sandbox init from a cached plan image before the Go
+ * runtime starts (contract in cinit.h).
+ *
+ * This runs in the CLI's constructor, single-threaded, before Go exists, and
+ * must never make the CLI fail: every problem ends in "no prestart" and the
+ * Go side does the spawn the ordinary way. The image is only a guess at the
+ * plan. The init started from it builds its root in its own namespaces and
+ * then blocks before its release; the Go side compiles the real plan and
+ * adopts the init only when the image is byte for byte what it would have
+ * written itself, and kills it otherwise.
+ */
+#define _GNU_SOURCE
+#include "cinit.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#include <linux/mount.h>
+#include <linux/openat2.h>
+
+/* Defined (as 1) only by nsinit/prestart, which the CLI imports: a library
+ * caller's program never starts anything from its constructor. */
+extern const int ar_prestart_enabled __attribute__((weak));
+
+/* Written once by the constructor, before any other thread exists; handed
+ * out once by ar_prestart_take. */
+static struct ar_prestart result;
+
+#define KEY_MAX 8192
+static char key_buf[KEY_MAX];
+static char path_buf[PATH_MAX];
+
+static uint64_t fnv1a(const unsigned char *p, uint64_t n, uint64_t h)
+{
+	for (uint64_t i = 0; i < n; i++) {
+		h ^= p[i];
+		h *= 0x100000001b3ULL;
+	}
+	return h;
+}
+
+#define FNV_OFFSET 0xcbf29ce484222325ULL
+
+/* ---- validating an image ---- */
+
+struct bounds {
+	uintptr_t lo, hi;
+};
+
+static int in(const struct bounds *b, const void *p, uint64_t n)
+{
+	uintptr_t a = (uintptr_t)p;
+	return a >= b->lo && a <= b->hi && n <= b->hi - a;
+}
+
+/* str_ok: NULL, or a NUL-terminated string inside the image. */
+static int str_ok(const struct bounds *b, const char *s)
+{
+	if (!s)
+		return 1;
+	return in(b, s, 1) && memchr(s, 0, b->hi - (uintptr_t)s) != NULL;
+}
+
+static int arr_ok_(const struct bounds *b, const void *p, int n, size_t elem, size_t align)
+{
+	if (n < 0 || n > AR_MAX_ENTRIES)
+		return 0;
+	if (n == 0)
+		return !p || in(b, p, 0);
+	return p && ((uintptr_t)p % align) == 0 && in(b, p, (uint64_t)n * elem);
+}
+
+/* arr_ok: n elements of *p, aligned for their type, inside the image. */
+#define arr_ok(b, p, n) arr_ok_((b), (p), (n), sizeof *(p), _Alignof(__typeof__(*(p))))
+
+/* strv_ok: n strings (n < 0: NULL-terminated, the terminator in bounds). */
+static int strv_ok(const struct bounds *b, const char *const *v, int n)
+{
+	if (!v)
+		return n <= 0;
+	for (int i = 0; n < 0 || i < n; i++) {
+		if (i >= AR_MAX_ENTRIES || !in(b, &v[i], sizeof v[i]))
+			return 0;
+		if (!v[i])
+			return n < 0;
+		if (!str_ok(b, v[i]))
+			return 0;
+	}
+	return 1;
+}
+
+static int plan_ok(const struct bounds *b, const struct ar_plan *p)
+{
+	if (!in(b, p, sizeof *p) || (uintptr_t)p % 8)
+		return 0;
+	if (p->task_fds || p->ntask_fds || p->nheap || p->argv || p->cgroup_fd != -1)
+		return 0;
+	if (!arr_ok(b, p->fds, p->nfds) || p->nfds < 4 || p->sync_fd < 3 || p->sync_fd >= p->nfds)
+		return 0;
+	if (!str_ok(b, p->hostname) || !str_ok(b, p->cwd) || !str_ok(b, p->path))
+		return 0;
+	if (!arr_ok(b, p->mounts, p->nmounts))
+		return 0;
+	for (int i = 0; i < p->nmounts; i++) {
+		const struct ar_mount *m = &p->mounts[i];
+		if (!str_ok(b, m->type) || !str_ok(b, m->dest) || !str_ok(b, m->source) ||
+		    !arr_ok(b, m->params, m->nparams))
+			return 0;
+		for (int j = 0; j < m->nparams; j++)
+			if (!str_ok(b, m->params[j].key) || !str_ok(b, m->params[j].value))
+				return 0;
+	}
+	if (!arr_ok(b, p->devices, p->ndevices))
+		return 0;
+	for (int i = 0; i < p->ndevices; i++)
+		if (!str_ok(b, p->devices[i].path) || !str_ok(b, p->devices[i].dest))
+			return 0;
+	if (!strv_ok(b, p->masked, p->nmasked) || !strv_ok(b, p->readonly, p->nreadonly))
+		return 0;
+	if (!arr_ok(b, p->rlimits, p->nrlimits))
+		return 0;
+	for (int i = 0; i < p->nrlimits; i++)
+		if (!str_ok(b, p->rlimits[i].name))
+			return 0;
+	return strv_ok(b, (const char *const *)p->envp, -1);
+}
+
+const struct ar_plan *ar_image_load(unsigned char *img, uint64_t len, int check_sum, const struct ar_image **hdrp)
+{
+	struct ar_image *h = (struct ar_image *)img;
+	struct bounds b = {(uintptr_t)img, (uintptr_t)img + len};
+	errno = EINVAL;
+	if (sizeof(void *) != 8 || (uintptr_t)img % 16 || len < sizeof *h || len > AR_IMAGE_MAX)
+		return NULL;
+	/* The last byte is NUL, so no string can run off the end. */
+	if (h->magic != AR_IMAGE_MAGIC || h->version != 1 || h->size != len || img[len - 1] != 0)
+		return NULL;
+	if (check_sum) {
+		uint64_t want = h->checksum;
+		h->checksum = 0;
+		uint64_t got = fnv1a(img, len, FNV_OFFSET);
+		h->checksum = want;
+		if (got != want)
+			return NULL;
+	}
+	if (h->relocs % 8 || h->relocs > len || h->nrelocs > (len - h->relocs) / 8)
+		return NULL;
+	uint64_t *rel = (uint64_t *)(img + h->relocs);
+	for (uint64_t i = 0; i < h->nrelocs; i++) {
+		uint64_t at = rel[i];
+		if (at % 8 || at > len - 8)
+			return NULL;
+		uint64_t *field = (uint64_t *)(img + at);
+		if (*field == 0 || *field >= len)
+			return NULL;
+		*field += (uint64_t)(uintptr_t)img;
+	}
+	/* Every pointer is checked after relocation: one that was not listed
+	 * still holds a small offset, outside the image. */
+	if (!in(&b, h->key, h->keylen) || !str_ok(&b, h->setgroups) || !str_ok(&b, h->uid_map) ||
+	    !str_ok(&b, h->gid_map) || !plan_ok(&b, h->plan))
+		return NULL;
+	if (h->nprep < 0 || h->nprep > 16 || !arr_ok(&b, h->prep, h->nprep))
+		return NULL;
+	for (int i = 0; i < h->nprep; i++) {
+		const struct ar_prep *pr = &h->prep[i];
+		if (!pr->source || !pr->uid_map || !pr->gid_map || !str_ok(&b, pr->source) ||
+		    !str_ok(&b, pr->uid_map) || !str_ok(&b, pr->gid_map) || pr->fd_index <= h->plan->sync_fd ||
+		    pr->fd_index >= h->plan->nfds)
+			return NULL;
+	}
+	if (hdrp)
+		*hdrp = h;
+	errno = 0;
+	return h->plan;
+}
+
+/* ---- starting ---- */
+
+static int write_file(const char *path, const char *data)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	size_t n = strlen(data);
+	ssize_t w = write(fd, data, n);
+	close(fd);
+	return w == (ssize_t)n ? 0 : -1;
+}
+
+static int proc_path(char *buf, size_t n, int pid, const char *name)
+{
+	int r = snprintf(buf, n, "/proc/%d/%s", pid, name);
+	return r > 0 && (size_t)r < n ? 0 : -1;
+}
+
+/* userns_fd returns a user namespace with the given maps, owned by a
+ * holder that is gone again when this returns (nsinit's cUserns). */
+static int userns_fd(const char *uid_map, const char *gid_map)
+{
+	enum { stack_size = 64 * 1024 };
+	char path[64];
+	int pipefd[2], fd = -1;
+	void *stack = mmap(NULL, stack_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	if (stack == MAP_FAILED)
+		return -1;
+	if (pipe2(pipefd, O_CLOEXEC) < 0) {
+		munmap(stack, stack_size);
+		return -1;
+	}
+	int pid = ar_userns_holder(pipefd[0], stack, stack_size);
+	close(pipefd[0]);
+	if (pid > 0) {
+		if (proc_path(path, sizeof path, pid, "uid_map") == 0 && write_file(path, uid_map) == 0 &&
+		    proc_path(path, sizeof path, pid, "gid_map") == 0 && write_file(path, gid_map) == 0 &&
+		    proc_path(path, sizeof path, pid, "ns/user") == 0)
+			fd = open(path, O_RDONLY | O_CLOEXEC);
+		kill(pid, SIGKILL);
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+	}
+	close(pipefd[1]);
+	munmap(stack, stack_size);
+	return fd;
+}
+
+/* prep_tree is mounts.CloneBind with an idmap: a detached clone of the
+ * source, which must not contain a symlink anywhere. */
+static int prep_tree(const struct ar_prep *pr)
+{
+	struct open_how how = {.flags = O_PATH | O_CLOEXEC, .resolve = RESOLVE_NO_SYMLINKS};
+	int src = (int)syscall(SYS_openat2, AT_FDCWD, pr->source, &how, sizeof how);
+	if (src < 0)
+		return -1;
+	unsigned rec = pr->recursive ? AT_RECURSIVE : 0;
+	int tree = (int)syscall(SYS_open_tree, src, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | rec);
+	close(src);
+	if (tree < 0)
+		return -1;
+	int ns = userns_fd(pr->uid_map, pr->gid_map);
+	if (ns < 0) {
+		close(tree);
+		return -1;
+	}
+	struct mount_attr attr = {.attr_set = pr->attr, .userns_fd = (uint64_t)ns};
+	long r = syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | rec, &attr, sizeof attr);
+	close(ns);
+	if (r < 0) {
+		close(tree);
+		return -1;
+	}
+	return tree;
+}
+
+/* cache_dir is the directory of the images: a private one of this user's
+ * state directory (internal/statedir). */
+static int cache_dir(char *buf, size_t n, uid_t euid)
+{
+	int r;
+	if (euid == 0) {
+		r = snprintf(buf, n, "/run/agentrun/prestart");
+	} else {
+		const char *x = getenv("XDG_RUNTIME_DIR");
+		struct stat st;
+		if (!x || x[0] != '/' || stat(x, &st) < 0 || st.st_uid != euid || (st.st_mode & 077))
+			return -1;
+		r = snprintf(buf, n, "%s/agentrun/prestart", x);
+	}
+	return r > 0 && (size_t)r < n ? 0 : -1;
+}
+
+static int key_add(size_t *at, const char *s)
+{
+	size_t n = strlen(s) + 1;
+	if (n > KEY_MAX - *at)
+		return -1;
+	memcpy(key_buf + *at, s, n);
+	*at += n;
+	return 0;
+}
+
+/* open_image opens the cache file if this user alone can have written it. */
+static int open_image(const char *dir, const char *name, uid_t euid, struct stat *st)
+{
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		return -1;
+	int fd = -1;
+	if (fstat(dfd, st) == 0 && st->st_uid == euid && !(st->st_mode & 077))
+		fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	close(dfd);
+	if (fd < 0)
+		return -1;
+	if (fstat(fd, st) < 0 || !S_ISREG(st->st_mode) || st->st_uid != euid || (st->st_mode & 022) ||
+	    st->st_size < (off_t)sizeof(struct ar_image) || st->st_size > AR_IMAGE_MAX) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static int read_all(int fd, unsigned char *buf, size_t n)
+{
+	size_t got = 0;
+	while (got < n) {
+		ssize_t r = read(fd, buf + got, n - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1;
+		got += (size_t)r;
+	}
+	return 0;
+}
+
+void ar_prestart(int argc, char **argv, char **envp)
+{
+	(void)envp;
+	if (&ar_prestart_enabled == NULL || !ar_prestart_enabled || sizeof(void *) != 8)
+		return;
+	if (argc < 4 || !argv[1] || strcmp(argv[1], "spawn") != 0)
+		return;
+	const char *v = getenv("AGENTRUN_PRESTART");
+	if (v && (strcmp(v, "0") == 0 || strcmp(v, "off") == 0))
+		return;
+	v = getenv("AGENTRUN_INIT");
+	if (v && *v && strcmp(v, "c") != 0)
+		return;
+	/* Go opens /dev/null on a closed fd 0, 1 or 2 when it starts; before
+	 * that, a socket or tree made here could take the number and reach the
+	 * command as its stdio. Without all three, leave the spawn to Go. */
+	for (int fd = 0; fd <= 2; fd++)
+		if (fcntl(fd, F_GETFD) < 0)
+			return;
+	int dd = -1;
+	for (int i = 2; i < argc; i++)
+		if (strcmp(argv[i], "--") == 0) {
+			dd = i;
+			break;
+		}
+	if (dd < 0 || dd + 1 >= argc)
+		return;
+
+	/* The key: what the plan may depend on that the image cannot check by
+	 * itself. Everything else (environment, host files) shows up as a
+	 * different plan on the Go side. */
+	uid_t euid = geteuid();
+	char ids[64], cwd[PATH_MAX];
+	size_t klen = 0;
+	snprintf(ids, sizeof ids, "uid=%u gid=%u", (unsigned)euid, (unsigned)getegid());
+	if (!getcwd(cwd, sizeof cwd) || key_add(&klen, "agentrun-prestart-1") < 0 || key_add(&klen, ids) < 0 ||
+	    key_add(&klen, cwd) < 0)
+		return;
+	for (int i = 2; i < dd; i++)
+		if (key_add(&klen, argv[i]) < 0)
+			return;
+	int trees[16], ntrees = 0, sv[2] = {-1, -1}, pid = -1;
+	char dir[PATH_MAX - 32], pp[64];
+	if (cache_dir(dir, sizeof dir, euid) < 0)
+		return;
+	char name[24];
+	snprintf(name, sizeof name, "%016llx", (unsigned long long)fnv1a((const unsigned char *)key_buf, klen, FNV_OFFSET));
+	snprintf(path_buf, sizeof path_buf, "%s/%s", dir, name);
+	struct stat st;
+	if (stat("/proc/self/exe", &st) < 0)
+		return;
+	result = (struct ar_prestart){
+		.state = AR_PRESTART_MISS,
+		.path = path_buf,
+		.key = key_buf,
+		.keylen = klen,
+		.exe_dev = (uint64_t)st.st_dev,
+		.exe_ino = (uint64_t)st.st_ino,
+		.exe_size = (uint64_t)st.st_size,
+		.exe_mtime_sec = (uint64_t)st.st_mtim.tv_sec,
+		.exe_mtime_nsec = (uint64_t)st.st_mtim.tv_nsec,
+	};
+
+	int fd = open_image(dir, name, euid, &st);
+	if (fd < 0)
+		return;
+	size_t len = (size_t)st.st_size, pad = (len + 15) & ~(size_t)15, argbytes = 0;
+	for (int i = dd + 1; i < argc; i++)
+		argbytes += strlen(argv[i]) + 1 + sizeof(char *);
+	size_t total = 2 * pad + argbytes + 64;
+	unsigned char *mem = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (mem == MAP_FAILED) {
+		close(fd);
+		return;
+	}
+	int rd = read_all(fd, mem, len);
+	close(fd);
+	unsigned char *img = mem + pad;
+	const struct ar_image *h = NULL;
+	struct ar_plan *p = NULL;
+	if (rd == 0) {
+		memcpy(img, mem, len);
+		p = (struct ar_plan *)ar_image_load(img, len, 1, &h);
+	}
+	if (!p || h->keylen != klen || memcmp(h->key, key_buf, klen) != 0 || h->exe_dev != result.exe_dev ||
+	    h->exe_ino != result.exe_ino || h->exe_size != result.exe_size ||
+	    h->exe_mtime_sec != result.exe_mtime_sec || h->exe_mtime_nsec != result.exe_mtime_nsec)
+		goto unmap;
+	/* The placeholders: stdio is this process's, the rest is filled in. */
+	if (p->fds[0] != 0 || p->fds[1] != 1 || p->fds[2] != 2)
+		goto unmap;
+	for (int i = 3; i < p->nfds; i++)
+		if (p->fds[i] != -1)
+			goto unmap;
+	if (p->expect_ppid == AR_PPID_SELF)
+		p->expect_ppid = getpid();
+
+	/* The command: copied, because the init wipes this process's argument
+	 * strings (hide_cmdline) before it executes them. */
+	char **av = (char **)(img + pad);
+	char *s = (char *)(av + (argc - dd));
+	for (int i = dd + 1; i < argc; i++) {
+		size_t n = strlen(argv[i]) + 1;
+		memcpy(s, argv[i], n);
+		av[i - dd - 1] = s;
+		s += n;
+	}
+	av[argc - dd - 1] = NULL;
+	p->argv = av;
+
+	int *fds = (int *)p->fds;
+	for (; ntrees < h->nprep; ntrees++) {
+		trees[ntrees] = prep_tree(&h->prep[ntrees]);
+		if (trees[ntrees] < 0)
+			goto close_trees;
+		fds[h->prep[ntrees].fd_index] = trees[ntrees];
+	}
+	for (int i = 3; i < p->nfds; i++)
+		if (i != p->sync_fd && p->fds[i] < 0)
+			goto close_trees;
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+		goto close_trees;
+	fds[p->sync_fd] = sv[1];
+	pid = ar_start(p);
+	close(sv[1]);
+	if (pid < 0)
+		goto close_sock;
+	if ((h->setgroups && (proc_path(pp, sizeof pp, pid, "setgroups") < 0 || write_file(pp, h->setgroups) < 0)) ||
+	    (h->uid_map && (proc_path(pp, sizeof pp, pid, "uid_map") < 0 || write_file(pp, h->uid_map) < 0)) ||
+	    (h->gid_map && (proc_path(pp, sizeof pp, pid, "gid_map") < 0 || write_file(pp, h->gid_map) < 0)) ||
+	    send(sv[0], "g", 1, MSG_NOSIGNAL) != 1) {
+		kill(pid, SIGKILL);
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		goto close_sock;
+	}
+	for (int i = 0; i < ntrees; i++)
+		close(trees[i]);
+	result.state = AR_PRESTART_STARTED;
+	result.pid = pid;
+	result.sock = sv[0];
+	result.image = mem;
+	result.image_len = len;
+	result.argv = av;
+	return;
+
+close_sock:
+	close(sv[0]);
+close_trees:
+	for (int i = 0; i < ntrees; i++)
+		close(trees[i]);
+unmap:
+	munmap(mem, total);
+}
+
+struct ar_prestart ar_prestart_take(void)
+{
+	struct ar_prestart r = result;
+	result.state = AR_PRESTART_OFF;
+	return r;
+}
