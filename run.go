@@ -70,6 +70,12 @@ type Result struct {
 	// "partial", or "unavailable: REASON" when the run could not be
 	// watched (so an empty list is not read as a clean run).
 	ViolationsStatus string `json:"violations_status,omitempty"`
+	// Prestart says whether the CLI built this sandbox from a plan cached
+	// by an earlier spawn while its Go runtime started: "hit", "miss" (none
+	// cached yet; cached now), "mismatch" (the cached plan was not this
+	// spawn's; spawned afresh), or empty when the caller does not
+	// prestart (library callers never do).
+	Prestart string `json:"prestart,omitempty"`
 	// Error is the one-line reason when the sandbox could not be built.
 	Error string `json:"error,omitempty"`
 }

@@ -217,7 +217,7 @@ func RunSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{ExitCode: exit.Code, Signal: exit.Signal, Limits: "none", Seccomp: spec.Annotations[AnnotationSeccomp]}
+	res := &Result{ExitCode: exit.Code, Signal: exit.Signal, Limits: "none", Seccomp: spec.Annotations[AnnotationSeccomp], Prestart: proc.Prestart()}
 	if c := spec.Process.Capabilities; c != nil {
 		res.Capabilities = c.Ambient
 	}

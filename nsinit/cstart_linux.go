@@ -57,6 +57,11 @@ func startC(cfg *Config) (*Process, error) {
 		return c.prog, c.err
 	}
 
+	pre := takePrestart(cfg, spec, awaitProg)
+	if pre.done {
+		return pre.p, pre.err
+	}
+
 	prep, err := prepareMountsWith(spec, cUserns)
 	if err != nil {
 		_, _ = awaitProg()
@@ -93,6 +98,9 @@ func startC(cfg *Config) (*Process, error) {
 		std.closeAll()
 		_, _ = awaitProg()
 		return nil, err
+	}
+	if pre.image != nil && (cg == nil || len(cg.Tasks) > 0) {
+		cacheImage(pre.path, pre.image)
 	}
 	// The id maps and the byte that releases the child into its setup are
 	// written on the thread that cloned it, straight after the clone: a
@@ -133,6 +141,7 @@ func startC(cfg *Config) (*Process, error) {
 		p.Kill()
 		return nil, p.failed(pe.step, pe.err)
 	}
+	p.prestart = pre.outcome
 	cgErr := p.placeCgroup(cg)
 	prog, err := awaitProg()
 	switch {
@@ -145,19 +154,29 @@ func startC(cfg *Config) (*Process, error) {
 	case err != nil:
 		return abort(err)
 	}
-	var release []byte
-	if prog != nil {
-		release, err = cinit.Release(prog.Filter, uint32(prog.Flags))
-	} else {
-		release, err = cinit.Release(nil, 0)
-	}
+	release, err := releaseMsg(prog)
 	if err != nil {
-		return abort(&StepError{Step: "seccomp", Msg: err.Error()})
+		return abort(err)
 	}
 	p.prog, p.onViolation = prog, cfg.OnViolation
 	// A write error means the child is gone; its report says why.
 	_, werr := parentSock.Write(release)
 	return p.awaitStarted(werr)
+}
+
+// releaseMsg is the release message for the compiled filter (nil: none).
+func releaseMsg(prog *seccomp.Program) ([]byte, error) {
+	var msg []byte
+	var err error
+	if prog != nil {
+		msg, err = cinit.Release(prog.Filter, uint32(prog.Flags))
+	} else {
+		msg, err = cinit.Release(nil, 0)
+	}
+	if err != nil {
+		return nil, &StepError{Step: "seccomp", Msg: err.Error()}
+	}
+	return msg, nil
 }
 
 // childError returns the error the dead child reported, or fallback when

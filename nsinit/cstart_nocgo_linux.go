@@ -8,3 +8,6 @@ const haveCInit = false
 func startC(*Config) (*Process, error) {
 	return nil, &StepError{Step: "init backend", Msg: "the C init needs a cgo build"}
 }
+
+// DiscardPrestart does nothing: prestart needs the C init.
+func DiscardPrestart() {}

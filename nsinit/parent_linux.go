@@ -106,7 +106,15 @@ type Process struct {
 	prog        *seccomp.Program
 	onViolation func(seccomp.Event)
 	notifier    *seccomp.Notifier
+	// prestart is what became of the CLI's prestart (PrestartHit...), or
+	// "" when there was none.
+	prestart string
 }
+
+// Prestart reports whether this sandbox's init was started before the Go
+// runtime (PrestartHit), why not (PrestartMiss, PrestartMismatch), or ""
+// when the program does not prestart.
+func (p *Process) Prestart() string { return p.prestart }
 
 // initCaps are the capabilities init keeps across its execve (as ambient
 // capabilities, because it runs as a non-root uid of the new namespace):

@@ -26,6 +26,9 @@ import (
 
 	"github.com/agentrun/agentrun"
 	"github.com/agentrun/agentrun/nsinit"
+	// Starts a spawn's sandbox init before the Go runtime when an earlier
+	// spawn with the same flags cached its plan.
+	_ "github.com/agentrun/agentrun/nsinit/prestart"
 	"github.com/agentrun/agentrun/probe"
 )
 
@@ -75,6 +78,9 @@ func fail(stderr io.Writer, format string, a ...any) int {
 }
 
 func spawn(args []string, stderr io.Writer) int {
+	// An init the constructor started that this spawn did not take (a
+	// refused command line or policy) ends here, not only at exit.
+	defer nsinit.DiscardPrestart()
 	opts, err := parseSpawn(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

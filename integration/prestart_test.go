@@ -1,0 +1,332 @@
+//go:build linux
+
+package integration
+
+import (
+	encbin "encoding/binary"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// fingerprint prints what a sandbox looks like from inside: ids,
+// capabilities, no_new_privs and seccomp mode, the id maps, every mount
+// (less the ids and device numbers that differ between any two runs), the
+// cgroup, rlimits, environment, the root's entries, what PID 1 shows, and
+// whether PID 1's binary can be reached. A prestarted sandbox must print
+// exactly what one spawned without prestart prints.
+const fingerprint = `id
+grep -E '^(Uid|Gid|Groups|Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/self/status
+hostname
+cat /proc/self/uid_map /proc/self/gid_map
+awk '{ $1 = ""; $2 = ""; $3 = ""; for (i = 7; i <= NF && $i != "-"; i++) $i = ""; print }' /proc/self/mountinfo
+cat /proc/self/cgroup
+ulimit -a
+env | sort
+pwd
+ls -la / | awk 'NR > 1 { print $1, $NF }'
+tr -d '\0' < /proc/1/cmdline; echo
+readlink /proc/1/exe 2>&1 || echo "no /proc/1/exe"
+echo "$0" > /workspace/probe
+exit 7`
+
+// prestartResult reads the fields of --result this test checks.
+type prestartResult struct {
+	ExitCode int    `json:"exit_code"`
+	Limits   string `json:"limits"`
+	Prestart string `json:"prestart"`
+}
+
+func readResult(t *testing.T, path string, r runResult) prestartResult {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("--result: %v\n%s", err, r)
+	}
+	var res prestartResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("--result: %v\n%s", err, b)
+	}
+	return res
+}
+
+// imagePath is where the constructor looks for the image of a spawn with
+// these flags from dir (prestart.c: the key and the cache directory).
+func imagePath(uid, gid int, stateRoot, dir string, flags []string) string {
+	key := []string{"agentrun-prestart-1", fmt.Sprintf("uid=%d gid=%d", uid, gid), dir}
+	key = append(key, flags...)
+	h := fnv.New64a()
+	for _, k := range key {
+		h.Write([]byte(k))
+		h.Write([]byte{0})
+	}
+	return filepath.Join(stateRoot, "prestart", fmt.Sprintf("%016x", h.Sum64()))
+}
+
+// TestPrestart: the CLI starts a spawn's init before its Go runtime from a
+// plan cached by an earlier spawn with the same flags. That sandbox must be
+// the one a spawn without prestart builds, and any cached plan that is not
+// this spawn's (another environment, a corrupted or foreign file) must be
+// thrown away, never run.
+func TestPrestart(t *testing.T) {
+	if b := os.Getenv("AGENTRUN_INIT"); b != "" && b != "c" {
+		t.Skipf("prestart starts the C init; this run selects the %s init (AGENTRUN_INIT), for which the constructor stands aside", b)
+	}
+	t.Run("as the caller", func(t *testing.T) {
+		t.Parallel()
+		cfg := spawnCfg{env: []string{"TERM=dumb"}}
+		stateRoot := "/run/agentrun"
+		uid, gid := os.Geteuid(), os.Getegid()
+		if !isRoot() {
+			xdg := privateDir(t, uid, gid)
+			cfg.env = append(cfg.env, "XDG_RUNTIME_DIR="+xdg)
+			stateRoot = filepath.Join(xdg, "agentrun")
+		}
+		testPrestart(t, cfg, uid, gid, stateRoot)
+	})
+	t.Run("rootless caller started by root", func(t *testing.T) {
+		needRoot(t)
+		u := testUser(t)
+		if u == nil {
+			t.Skipf("no unprivileged test user ($%s)", envTestUser)
+		}
+		t.Parallel()
+		sys := credential(t, u)
+		uid, gid := int(sys.Credential.Uid), int(sys.Credential.Gid)
+		xdg := privateDir(t, uid, gid)
+		cfg := spawnCfg{sys: sys, env: []string{"TERM=dumb", "XDG_RUNTIME_DIR=" + xdg}}
+		testPrestart(t, cfg, uid, gid, filepath.Join(xdg, "agentrun"))
+	})
+}
+
+// privateDir is a 0700 directory owned by uid, as a runtime directory is.
+func privateDir(t *testing.T, uid, gid int) string {
+	t.Helper()
+	d := filepath.Join(tempDir(t), "run")
+	if err := os.Mkdir(d, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(d, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func testPrestart(t *testing.T, base spawnCfg, uid, gid int, stateRoot string) {
+	ws := newWorkspace(t)
+	chownTree(t, ws, uid, gid)
+	resDir := privateDir(t, uid, gid)
+	res := filepath.Join(resDir, "result.json")
+	base.ws = ws
+	base.flags = []string{"--result", res}
+	flags := append([]string{"--workspace", ws}, base.flags...)
+	image := imagePath(uid, gid, stateRoot, os.TempDir(), flags)
+	t.Cleanup(func() { _ = os.Remove(image) })
+
+	run := func(what string, env []string, command ...string) (runResult, prestartResult) {
+		t.Helper()
+		cfg := base
+		cfg.env = append(append([]string{}, base.env...), env...)
+		r := spawn(t, cfg, command...)
+		return r, readResult(t, res, r)
+	}
+	sh := []string{"/bin/sh", "-c", fingerprint}
+
+	// The reference: no prestart at all.
+	ref, refRes := run("reference", []string{"AGENTRUN_PRESTART=0"}, append(sh, "first")...)
+	mustExit(t, ref, 7, "reference spawn")
+	if refRes.Prestart != "" {
+		t.Errorf("AGENTRUN_PRESTART=0: prestart %q, want none", refRes.Prestart)
+	}
+	if _, err := os.Stat(image); err == nil {
+		t.Errorf("AGENTRUN_PRESTART=0 cached an image at %s", image)
+	}
+
+	first, firstRes := run("first", nil, append(sh, "first")...)
+	mustExit(t, first, 7, "first spawn")
+	if firstRes.Prestart != "miss" {
+		t.Fatalf("first spawn with new flags: prestart %q, want miss\n%s", firstRes.Prestart, first)
+	}
+	if first.stdout != ref.stdout {
+		t.Errorf("a spawn that cached its plan differs from the reference:\n--- reference\n%s\n--- this\n%s", ref.stdout, first.stdout)
+	}
+	if refRes.Limits == "cgroup-v2" {
+		// The init joins its cgroup at its release; on v2 only
+		// CLONE_INTO_CGROUP does that without a grace-period wait, so no
+		// image is kept and no init is started ahead.
+		if _, err := os.Stat(image); err == nil {
+			t.Errorf("cgroup v2: an image was cached at %s, though its init could not be adopted", image)
+		}
+		again, againRes := run("again", nil, append(sh, "first")...)
+		mustExit(t, again, 7, "second spawn")
+		if againRes.Prestart != "miss" || again.stdout != ref.stdout {
+			t.Errorf("cgroup v2: second spawn prestart %q (want miss), same sandbox %v", againRes.Prestart, again.stdout == ref.stdout)
+		}
+		return
+	}
+	fi, err := os.Lstat(image)
+	if err != nil {
+		t.Fatalf("no image cached after a miss: %v", err)
+	}
+	if st := fi.Mode(); !st.IsRegular() || st.Perm()&0o077 != 0 {
+		t.Errorf("image %s has mode %v, want a regular file only its owner can read", image, st)
+	}
+
+	// A hit: the same sandbox, the command's status, its workspace write.
+	hit, hitRes := run("hit", nil, append(sh, "second")...)
+	mustExit(t, hit, 7, "prestarted spawn")
+	if hitRes.Prestart != "hit" {
+		t.Fatalf("second spawn with the same flags: prestart %q, want hit\n%s", hitRes.Prestart, hit)
+	}
+	if hit.stdout != ref.stdout {
+		t.Errorf("SANDBOX DIFFERS: a prestarted sandbox is not the one spawned without prestart:\n--- reference\n%s\n--- prestarted\n%s", ref.stdout, hit.stdout)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "probe")); err != nil || string(b) != "second\n" {
+		t.Errorf("workspace write of the prestarted command: %q, %v; want \"second\\n\"", b, err)
+	}
+
+	// A closed stdin: until Go's runtime puts /dev/null there, fd 0 is free,
+	// and a socket or mount the constructor made could land on it and reach
+	// the command as its stdin (the parent's end of the sync socket would
+	// hand it init's reports and its seccomp listener). The constructor
+	// must leave such a spawn to Go.
+	wrapper := filepath.Join(resDir, "closed-stdin")
+	writeFile(t, wrapper, "#!/bin/sh\nexec "+agentrunBin+" \"$@\" <&-\n", 0o755)
+	closed := base
+	closed.bin = wrapper
+	cr := spawn(t, closed, "/bin/sh", "-c", "readlink /proc/self/fd/0")
+	mustExit(t, cr, 0, "spawn with stdin closed")
+	if got := strings.TrimSpace(cr.stdout); got != "/dev/null" {
+		t.Errorf("SANDBOX STDIN: with the caller's stdin closed the command's fd 0 is %q, want /dev/null\n%s", got, cr)
+	}
+	if crRes := readResult(t, res, cr); crRes.Prestart == "hit" {
+		t.Errorf("stdin closed: prestart %q, want no prestart", crRes.Prestart)
+	}
+
+	// Another command with the same flags: the command comes from this
+	// command line, not from the cached plan.
+	other, otherRes := run("other command", nil, "/bin/sh", "-c", `echo "other $0"; exit 3`, "cmd")
+	mustExit(t, other, 3, "other command")
+	if otherRes.Prestart != "hit" || strings.TrimSpace(other.stdout) != "other cmd" {
+		t.Errorf("other command: prestart %q, stdout %q; want hit and \"other cmd\"", otherRes.Prestart, other.stdout)
+	}
+
+	// A different environment makes a different plan: the init started from
+	// the cached one is killed and the sandbox gets this spawn's.
+	envCheck := []string{"/bin/sh", "-c", `echo "TERM=$TERM"`}
+	mis, misRes := run("mismatch", []string{"TERM=vt100-prestart"}, envCheck...)
+	mustExit(t, mis, 0, "spawn with another TERM")
+	if misRes.Prestart != "mismatch" || strings.TrimSpace(mis.stdout) != "TERM=vt100-prestart" {
+		t.Errorf("another TERM: prestart %q, stdout %q; want mismatch and TERM=vt100-prestart", misRes.Prestart, mis.stdout)
+	}
+	again, againRes := run("after mismatch", []string{"TERM=vt100-prestart"}, envCheck...)
+	if againRes.Prestart != "hit" || strings.TrimSpace(again.stdout) != "TERM=vt100-prestart" {
+		t.Errorf("same TERM again: prestart %q, stdout %q; want hit (the image was replaced)", againRes.Prestart, again.stdout)
+	}
+
+	// Images the constructor must not use: each spawn must report miss
+	// (nothing was started from it) and build the reference sandbox.
+	tamper := []struct {
+		name string
+		do   func(t *testing.T)
+	}{
+		{"corrupted", func(t *testing.T) {
+			b, err := os.ReadFile(image)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A byte inside the plan: the checksum no longer matches.
+			b[len(b)/2] ^= 0x5a
+			if err := os.WriteFile(image, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"truncated", func(t *testing.T) {
+			if err := os.Truncate(image, 64); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"writable by others", func(t *testing.T) {
+			if err := os.Chmod(image, 0o622); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"a symlink", func(t *testing.T) {
+			target := filepath.Join(resDir, "image-copy")
+			b, err := os.ReadFile(image)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(target, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_ = os.Chown(target, uid, gid)
+			if err := os.Remove(image); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(target, image); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"written by another build", func(t *testing.T) {
+			b, err := os.ReadFile(image)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// exe_ino (cinit.h's struct ar_image), with the checksum fixed
+			// up, so that only the binary's identity is wrong.
+			const exeIno, checksum = 32, 16
+			encbin.NativeEndian.PutUint64(b[exeIno:], encbin.NativeEndian.Uint64(b[exeIno:])+1)
+			encbin.NativeEndian.PutUint64(b[checksum:], 0)
+			h := fnv.New64a()
+			h.Write(b)
+			encbin.NativeEndian.PutUint64(b[checksum:], h.Sum64())
+			if err := os.WriteFile(image, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, tc := range tamper {
+		// The state directory is root's or the caller's: as root the
+		// tampering runs here, for a rootless caller on its files too.
+		tc.do(t)
+		if isRoot() {
+			_ = os.Lchown(image, uid, gid)
+		}
+		r, rr := run(tc.name, nil, append(sh, "first")...)
+		mustExit(t, r, 7, tc.name+" image")
+		if rr.Prestart != "miss" {
+			t.Errorf("%s image: prestart %q, want miss (not used)\n%s", tc.name, rr.Prestart, r)
+		}
+		if r.stdout != ref.stdout {
+			t.Errorf("%s image: the sandbox differs from the reference:\n--- reference\n%s\n--- this\n%s", tc.name, ref.stdout, r.stdout)
+		}
+		// The miss wrote a good image back.
+		if r2, rr2 := run(tc.name+", then", nil, append(sh, "first")...); rr2.Prestart != "hit" {
+			t.Errorf("after the %s image was replaced: prestart %q, want hit\n%s", tc.name, rr2.Prestart, r2)
+		}
+	}
+
+	// A spawn refused after its init may have been started (the workspace
+	// is gone) fails as without prestart, and leaves the image for later.
+	if err := os.Rename(ws, ws+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	gone, goneRes := run("workspace gone", nil, append(sh, "first")...)
+	mustExit(t, gone, 125, "spawn whose workspace is gone")
+	if goneRes.ExitCode != 125 || !strings.Contains(gone.stderr, "workspace") {
+		t.Errorf("spawn whose workspace is gone: result exit %d, stderr %q; want 125 naming the workspace", goneRes.ExitCode, gone.stderr)
+	}
+	if err := os.Rename(ws+".moved", ws); err != nil {
+		t.Fatal(err)
+	}
+	back, backRes := run("workspace back", nil, append(sh, "first")...)
+	mustExit(t, back, 7, "spawn with the workspace back")
+	if backRes.Prestart != "hit" || back.stdout != ref.stdout {
+		t.Errorf("workspace back: prestart %q (want hit), same sandbox as the reference: %v", backRes.Prestart, back.stdout == ref.stdout)
+	}
+}

@@ -1,0 +1,234 @@
+//go:build linux && cgo
+
+package nsinit
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/agentrun/agentrun/internal/statedir"
+	"github.com/agentrun/agentrun/mounts"
+	"github.com/agentrun/agentrun/nsinit/internal/cinit"
+	"github.com/agentrun/agentrun/seccomp"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// What became of a prestart (nsinit/prestart), as Process.Prestart reports it.
+const (
+	// PrestartHit: the init started before the Go runtime was adopted.
+	PrestartHit = "hit"
+	// PrestartMiss: there was no image for these flags yet; one is cached
+	// for the next spawn.
+	PrestartMiss = "miss"
+	// PrestartMismatch: an init was started from an image that is not this
+	// spawn's plan (the environment or the host changed); it was killed and
+	// the sandbox spawned afresh.
+	PrestartMismatch = "mismatch"
+)
+
+// maxImages bounds the cached images per user; beyond it the directory
+// is emptied before the next one is written.
+const maxImages = 256
+
+// errNotAdoptable: the init cannot be placed in this spawn's cgroup at its
+// release (only v1 "tasks" files can be passed along).
+var errNotAdoptable = errors.New("nsinit: prestart cannot join this cgroup")
+
+// DiscardPrestart kills an init the CLI's constructor started that no spawn
+// took, e.g. because the command line was refused before the spawn. Its
+// parent death signal would end it at exit anyway; this ends it now.
+func DiscardPrestart() {
+	if pre := cinit.TakePrestart(); pre.State == cinit.PrestartStarted {
+		killPrestart(pre)
+	}
+}
+
+func killPrestart(pre cinit.Prestart) {
+	_ = unix.Kill(pre.Pid, unix.SIGKILL)
+	for {
+		if _, err := unix.Wait4(pre.Pid, nil, 0, nil); !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	_ = unix.Close(pre.Sock)
+}
+
+// prestartImage is the image of the plan startC would run for spec, with
+// the placeholders cinit.h describes: what the constructor must have read
+// for its init to be this spawn's.
+func prestartImage(cfg *Config, spec *specs.Spec, pre cinit.Prestart) ([]byte, error) {
+	for i, s := range []any{cfg.Stdin, cfg.Stdout, cfg.Stderr} {
+		if f, ok := s.(*os.File); !ok || f == nil || f.Fd() != uintptr(i) {
+			return nil, errors.New("nsinit: prestart needs the process's own stdio")
+		}
+	}
+	prep := &preparedMounts{childFDs: map[int]int{}}
+	var preps []cinit.Prep
+	for i := range spec.Mounts {
+		m := &spec.Mounts[i]
+		if len(m.UIDMappings) == 0 && len(m.GIDMappings) == 0 {
+			continue
+		}
+		if len(m.UIDMappings) == 0 || len(m.GIDMappings) == 0 {
+			return nil, errors.New("nsinit: prestart needs both maps of an idmapped mount")
+		}
+		fd := syncFD + len(preps) + 1
+		preps = append(preps, cinit.Prep{
+			Source: m.Source, UIDMap: formatIDMap(m.UIDMappings), GIDMap: formatIDMap(m.GIDMappings),
+			Attr: mounts.Attrs(m.Options) | unix.MOUNT_ATTR_IDMAP, Recursive: mounts.Recursive(m.Options), FDIndex: fd,
+		})
+		prep.childFDs[i] = fd
+	}
+	plan, err := buildPlan(spec, prep, [3]int{0, 1, 2}, -1)
+	if err != nil {
+		return nil, err
+	}
+	for range preps {
+		plan.FDs = append(plan.FDs, -1)
+	}
+	if plan.ExpectPPID == os.Getpid() {
+		plan.ExpectPPID = cinit.PPIDSelf
+	}
+	var ids cinit.IDMaps
+	if plan.CloneFlags&unix.CLONE_NEWUSER != 0 {
+		ids.Setgroups = "allow"
+		if os.Geteuid() != 0 {
+			ids.Setgroups = "deny"
+		}
+		if len(spec.Linux.UIDMappings) > 0 {
+			ids.UIDMap = formatIDMap(spec.Linux.UIDMappings)
+		}
+		if len(spec.Linux.GIDMappings) > 0 {
+			ids.GIDMap = formatIDMap(spec.Linux.GIDMappings)
+		}
+	}
+	return cinit.Image(plan, preps, ids, pre.Key, pre.Exe)
+}
+
+// prestarted is what takePrestart settled.
+type prestarted struct {
+	// p is the adopted init (done), or the error adopting it (done).
+	p    *Process
+	err  error
+	done bool
+	// image is what to cache at path once the spawn shows that its init
+	// can be adopted next time (nil: nothing).
+	path  string
+	image []byte
+	// outcome is for Process.Prestart.
+	outcome string
+}
+
+// takePrestart settles the constructor's work for this spawn.
+func takePrestart(cfg *Config, spec *specs.Spec, awaitProg func() (*seccomp.Program, error)) prestarted {
+	pre := cinit.TakePrestart()
+	if pre.State == cinit.PrestartOff {
+		return prestarted{}
+	}
+	img, ierr := prestartImage(cfg, spec, pre)
+	r := prestarted{outcome: PrestartMiss, path: pre.Path}
+	if pre.State == cinit.PrestartStarted {
+		if ierr == nil && bytes.Equal(img, pre.Image) && slices.Equal(pre.Argv, spec.Process.Args) {
+			p, err := adoptPrestart(cfg, pre, awaitProg)
+			if !errors.Is(err, errNotAdoptable) {
+				return prestarted{p: p, err: err, done: true, outcome: PrestartHit}
+			}
+			ierr = err
+		} else {
+			killPrestart(pre)
+		}
+		r.outcome = PrestartMismatch
+	}
+	if ierr != nil {
+		// Not for the cache: stop starting inits that cannot be adopted.
+		_ = os.Remove(pre.Path)
+		return r
+	}
+	r.image = img
+	return r
+}
+
+// adoptPrestart takes over the init the constructor started: it waits,
+// past its root, for the release, which here also carries the v1 cgroup
+// "tasks" files it joins first (await_release in cinit.c).
+func adoptPrestart(cfg *Config, pre cinit.Prestart, awaitProg func() (*seccomp.Program, error)) (*Process, error) {
+	cg, err := cfg.placement()
+	if err != nil {
+		killPrestart(pre)
+		_, _ = awaitProg()
+		return nil, err
+	}
+	if cg != nil && len(cg.Tasks) == 0 {
+		killPrestart(pre)
+		return nil, errNotAdoptable
+	}
+	p := &Process{pid: pre.Pid, sock: os.NewFile(uintptr(pre.Sock), "sync-parent"), waited: make(chan struct{}), inCgroup: true, prestart: PrestartHit}
+	go p.waitAdopted()
+	prog, err := awaitProg()
+	if err != nil {
+		p.Kill()
+		p.wait()
+		return nil, err
+	}
+	release, err := releaseMsg(prog)
+	if err != nil {
+		p.Kill()
+		p.wait()
+		return nil, err
+	}
+	var oob []byte
+	if cg != nil {
+		fds := make([]int, len(cg.Tasks))
+		for i, f := range cg.Tasks {
+			fds[i] = int(f.Fd())
+		}
+		oob = unix.UnixRights(fds...)
+	}
+	p.prog, p.onViolation = prog, cfg.OnViolation
+	werr := unix.Sendmsg(pre.Sock, release, oob, nil, 0)
+	return p.awaitStarted(werr)
+}
+
+// waitAdopted is runC's wait for an init this thread did not clone: its
+// parent death signal follows the main thread, which lives as long as the
+// process.
+func (p *Process) waitAdopted() {
+	proc, err := os.FindProcess(p.pid)
+	if err == nil {
+		p.state, p.err = proc.Wait()
+	} else {
+		p.err = err
+	}
+	close(p.waited)
+}
+
+// cacheImage stores img where the constructor of the next spawn with the
+// same key looks for it. Best effort: a failure only costs the next spawn
+// its head start.
+func cacheImage(path string, img []byte) {
+	dir := filepath.Dir(path)
+	euid := os.Geteuid()
+	if err := statedir.Ensure(dir, euid); err != nil {
+		return
+	}
+	if ents, err := os.ReadDir(dir); err == nil && len(ents) >= maxImages {
+		for _, e := range ents {
+			_ = os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+	f, err := os.CreateTemp(dir, ".image-")
+	if err != nil {
+		return
+	}
+	_, werr := f.Write(img)
+	if cerr := f.Close(); werr == nil && cerr == nil {
+		werr = os.Rename(f.Name(), path)
+	}
+	if werr != nil {
+		_ = os.Remove(f.Name())
+	}
+}
