@@ -32,6 +32,10 @@ const (
 	RuncRootless = "runc-rootless"
 	AgentrunNone = "agentrun-none"
 	AgentrunHost = "agentrun-host"
+	// AgentrunNoPrestart is agentrun-none with AGENTRUN_PRESTART=0: every
+	// spawn starts its init after the Go runtime, as a first spawn with
+	// new flags or working directory does.
+	AgentrunNoPrestart = "agentrun-noprestart"
 	// AgentrunUnconfined is agentrun-none without the seccomp filter: the
 	// filter's share of a spawn.
 	AgentrunUnconfined = "agentrun-unconfined"
@@ -45,7 +49,7 @@ const (
 
 // Names lists every contender in display order.
 func Names() []string {
-	return []string{ForkExec, Unshare, Bwrap, Runc, RuncRootless, AgentrunNone, AgentrunHost, AgentrunUnconfined, AgentrunAPI, BwrapRootless, AgentrunRootless}
+	return []string{ForkExec, Unshare, Bwrap, Runc, RuncRootless, AgentrunNone, AgentrunNoPrestart, AgentrunHost, AgentrunUnconfined, AgentrunAPI, BwrapRootless, AgentrunRootless}
 }
 
 // Contender is one way of starting /bin/true in a sandbox (or without one,
@@ -188,6 +192,11 @@ func Build(ctx context.Context, opt Options) (*Set, error) {
 	}
 
 	add(agentrunCLI(AgentrunNone, opt.Agentrun, "none"))
+	noPre := agentrunCLI(AgentrunNoPrestart, opt.Agentrun, "none")
+	noPre.Label = "agentrun-none without prestart (AGENTRUN_PRESTART=0): the init starts after the Go runtime"
+	noPre.Env = append(withoutEnv(env, "AGENTRUN_PRESTART"), "AGENTRUN_PRESTART=0")
+	noPre.Command = "AGENTRUN_PRESTART=0 " + noPre.Command
+	add(noPre)
 	add(agentrunCLI(AgentrunHost, opt.Agentrun, "host"))
 	if selected(opt.Only, AgentrunUnconfined) {
 		add(unconfined(opt.Agentrun, tmp))
