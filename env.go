@@ -15,9 +15,10 @@ const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // (tokens, SSH_AUTH_SOCK, cloud credentials) is dropped.
 var passEnv = [...]string{"PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "TERM", "COLORTERM", "NO_COLOR", "TZ"}
 
-// Environ returns the command's environment: the allowlisted caller
-// variables from callerEnv, HOME=/tmp, then the policy's Env entries, which
-// win. Malformed policy entries are an error.
+// Environ returns the command's environment: PATH and HOME=/tmp, the
+// allowlisted caller variables from callerEnv in the allowlist's order,
+// then the policy's Env entries, which win. Malformed policy entries are an
+// error.
 func (p *Policy) Environ(callerEnv []string) ([]string, error) {
 	vals := map[string]string{"HOME": "/tmp", "PATH": DefaultPath}
 	order := []string{"PATH", "HOME"}
@@ -27,15 +28,18 @@ func (p *Policy) Environ(callerEnv []string) ([]string, error) {
 		}
 		vals[k] = v
 	}
+	// The allowlist's order, not the caller's: the same variables give
+	// the same environment (and the same plan, which prestart compares)
+	// however a shell on the way ordered them. The last of duplicates wins.
+	caller := map[string]string{}
 	for _, kv := range callerEnv {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			continue
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			caller[k] = v
 		}
-		for _, allowed := range passEnv {
-			if k == allowed {
-				set(k, v)
-			}
+	}
+	for _, k := range passEnv {
+		if v, ok := caller[k]; ok {
+			set(k, v)
 		}
 	}
 	for _, kv := range p.Env {

@@ -8,19 +8,22 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // fingerprint prints what a sandbox looks like from inside: ids,
-// capabilities, no_new_privs and seccomp mode, the id maps, every mount
+// capabilities, no_new_privs and seccomp mode, ignored and blocked
+// signals, the id maps, every mount
 // (less the ids and device numbers that differ between any two runs), the
 // cgroup, rlimits, environment, the root's entries, what PID 1 shows, and
 // whether PID 1's binary can be reached. A prestarted sandbox must print
 // exactly what one spawned without prestart prints.
 const fingerprint = `id
-grep -E '^(Uid|Gid|Groups|Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/self/status
+grep -E '^(Uid|Gid|Groups|Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp|Sig(Ign|Blk)):' /proc/self/status
 hostname
 cat /proc/self/uid_map /proc/self/gid_map
 awk '{ $1 = ""; $2 = ""; $3 = ""; for (i = 7; i <= NF && $i != "-"; i++) $i = ""; print }' /proc/self/mountinfo
@@ -101,6 +104,48 @@ func TestPrestart(t *testing.T) {
 		cfg := spawnCfg{sys: sys, env: []string{"TERM=dumb", "XDG_RUNTIME_DIR=" + xdg}}
 		testPrestart(t, cfg, uid, gid, filepath.Join(xdg, "agentrun"))
 	})
+}
+
+// TestPrestartPolicyFile: the content of --policy is part of the cache key.
+// An init started from a stale plan builds its root before the Go side
+// finds it stale, and mount points under /workspace are created in the
+// host's directory: a plan from an older policy must not run at all.
+func TestPrestartPolicyFile(t *testing.T) {
+	if b := os.Getenv("AGENTRUN_INIT"); b != "" && b != "c" {
+		t.Skipf("prestart starts the C init; this run selects the %s init (AGENTRUN_INIT)", b)
+	}
+	t.Parallel()
+	cfg := spawnCfg{}
+	if !isRoot() {
+		cfg.env = []string{"XDG_RUNTIME_DIR=" + privateDir(t, os.Geteuid(), os.Getegid())}
+	}
+	ws := newWorkspace(t)
+	src := tempDir(t)
+	dir := tempDir(t)
+	pol := filepath.Join(dir, "policy.json")
+	res := filepath.Join(dir, "result.json")
+	writeFile(t, pol, `{"mounts": [{"source": "`+src+`", "dest": "/workspace/from-policy", "mode": "ro"}]}`, 0o644)
+	cfg.ws = ws
+	cfg.flags = []string{"--policy", pol, "--result", res}
+	for _, want := range []string{"miss", "hit"} {
+		r := spawn(t, cfg, "/bin/true")
+		mustExit(t, r, 0, "spawn with the policy's bind")
+		if got := readResult(t, res, r).Prestart; got != want {
+			t.Fatalf("policy with a bind: prestart %q, want %q\n%s", got, want, r)
+		}
+	}
+	writeFile(t, pol, `{}`, 0o644)
+	if err := os.Remove(filepath.Join(ws, "from-policy")); err != nil {
+		t.Fatal(err)
+	}
+	r := spawn(t, cfg, "/bin/true")
+	mustExit(t, r, 0, "spawn with the bind gone from the policy")
+	if got := readResult(t, res, r).Prestart; got != "miss" {
+		t.Errorf("changed policy file: prestart %q, want miss (a new key)", got)
+	}
+	if exists(filepath.Join(ws, "from-policy")) {
+		t.Errorf("HOST CHANGED: a plan from the old policy created %s", filepath.Join(ws, "from-policy"))
+	}
 }
 
 // privateDir is a 0700 directory owned by uid, as a runtime directory is.
@@ -205,6 +250,34 @@ func testPrestart(t *testing.T, base spawnCfg, uid, gid int, stateRoot string) {
 	}
 	if crRes := readResult(t, res, cr); crRes.Prestart == "hit" {
 		t.Errorf("stdin closed: prestart %q, want no prestart", crRes.Prestart)
+	}
+
+	// A caller that ignores signals: the constructor runs with the caller's
+	// dispositions, which Go's runtime would have replaced. The command must
+	// not inherit them, and init must see its command exit even with
+	// SIGCHLD ignored (it hung: the kernel reaped the command unseen).
+	ignoring := filepath.Join(resDir, "ignoring")
+	// env(1) of coreutils 9, because a shell's trap cannot ignore SIGCHLD.
+	script := "#!/bin/sh\nexec env --ignore-signal=TERM,USR1,PIPE,QUIT,HUP,INT,CHLD,XFSZ " + agentrunBin + " \"$@\"\n"
+	if exec.Command("env", "--ignore-signal=CHLD", "true").Run() != nil {
+		t.Logf("env(1) here cannot ignore signals (coreutils 9 can): a shell trap ignores them instead, which leaves SIGCHLD out")
+		script = "#!/bin/sh\ntrap '' TERM USR1 PIPE QUIT HUP INT XFSZ\nexec " + agentrunBin + " \"$@\"\n"
+	}
+	writeFile(t, ignoring, script, 0o755)
+	ign := base
+	ign.bin = ignoring
+	ign.guard = 20 * time.Second
+	ign.env = append(append([]string{}, base.env...), "AGENTRUN_PRESTART=0")
+	ignRef := spawn(t, ign, append(sh, "second")...)
+	mustExit(t, ignRef, 7, "reference spawn from a caller that ignores signals")
+	ign.env = base.env
+	ignHit := spawn(t, ign, append(sh, "second")...)
+	mustExit(t, ignHit, 7, "prestarted spawn from a caller that ignores signals")
+	if r := readResult(t, res, ignHit); r.Prestart != "hit" {
+		t.Errorf("caller ignoring signals: prestart %q, want hit", r.Prestart)
+	}
+	if ignHit.stdout != ignRef.stdout {
+		t.Errorf("SANDBOX DIFFERS for a caller that ignores signals:\n--- without prestart\n%s\n--- prestarted\n%s", ignRef.stdout, ignHit.stdout)
 	}
 
 	// Another command with the same flags: the command comes from this

@@ -130,9 +130,14 @@ func takePrestart(cfg *Config, spec *specs.Spec, awaitProg func() (*seccomp.Prog
 		return prestarted{}
 	}
 	img, ierr := prestartImage(cfg, spec, pre)
+	if !slices.Equal(pre.Argv, spec.Process.Args) {
+		// The command line's first "--" was a flag's value or part of
+		// the command: an image for this key would never be adopted.
+		ierr = errors.New("nsinit: prestart split the command line elsewhere")
+	}
 	r := prestarted{outcome: PrestartMiss, path: pre.Path}
 	if pre.State == cinit.PrestartStarted {
-		if ierr == nil && bytes.Equal(img, pre.Image) && slices.Equal(pre.Argv, spec.Process.Args) {
+		if ierr == nil && bytes.Equal(img, pre.Image) {
 			p, err := adoptPrestart(cfg, pre, awaitProg)
 			if !errors.Is(err, errNotAdoptable) {
 				return prestarted{p: p, err: err, done: true, outcome: PrestartHit}

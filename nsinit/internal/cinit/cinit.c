@@ -1460,13 +1460,16 @@ static _Noreturn void child(const struct ar_plan *p, int heap_left_behind)
 		shed_parent(p);
 
 	/* Go's handlers must never run here: reset every caught signal to its
-	 * default (ignored ones stay ignored, as across execve). All signals
-	 * stay blocked; the command unblocks them, init reads a signalfd. */
+	 * default (ignored ones stay ignored, as across execve, unless the plan
+	 * says the dispositions are still the caller's). SIGCHLD always: init
+	 * waits for the command, which an ignored SIGCHLD would reap unseen.
+	 * All signals stay blocked; the command unblocks them, init reads a
+	 * signalfd. */
 	for (int sig = 1; sig < NSIG; sig++) {
 		struct sigaction old;
 		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &old) < 0)
 			continue;
-		if (old.sa_handler != SIG_IGN && old.sa_handler != SIG_DFL) {
+		if (old.sa_handler != SIG_DFL && (old.sa_handler != SIG_IGN || p->reset_ignored || sig == SIGCHLD)) {
 			struct sigaction dfl = {.sa_handler = SIG_DFL};
 			(void)sigaction(sig, &dfl, NULL);
 		}

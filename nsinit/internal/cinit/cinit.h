@@ -97,6 +97,10 @@ struct ar_plan {
 	const char *path;  /* PATH for the command lookup ("" when unset) */
 	int no_new_privs;
 	uint32_t keep_caps[2]; /* capabilities granted to the command (bit n = cap n) */
+	/* Reset ignored signals to their default too (a prestart: this process's
+	 * dispositions are still its caller's, which Go would have replaced).
+	 * Set by the starter, never part of an image. */
+	int reset_ignored;
 };
 
 /* The most fds, mounts, devices... a plan may carry: the child keeps
@@ -169,8 +173,9 @@ struct ar_image {
 	uint32_t magic, version;
 	uint64_t size;     /* of the whole image */
 	uint64_t checksum; /* FNV-1a 64 of the image with this field zero */
-	/* The binary that wrote it: a new build invalidates every image. */
-	uint64_t exe_dev, exe_ino, exe_size, exe_mtime_sec, exe_mtime_nsec;
+	/* The binary that wrote it: a new build invalidates every image. The
+	 * ctime changes with any write, which no one can set back. */
+	uint64_t exe_dev, exe_ino, exe_size, exe_ctime_sec, exe_ctime_nsec;
 	uint64_t relocs, nrelocs; /* offset of a uint64_t[nrelocs] */
 	const char *key; /* what the cache is keyed by, keylen bytes */
 	uint64_t keylen;
@@ -193,11 +198,11 @@ struct ar_prestart {
 	int pid, sock;  /* STARTED: the init and the parent's end of its sync socket */
 	const unsigned char *image; /* STARTED: the image as read, before relocation */
 	uint64_t image_len;
-	char *const *argv; /* STARTED: the command the init was given */
+	char *const *argv; /* the command after the first "--" (STARTED: the init's) */
 	const char *path;  /* the cache file for this key */
 	const char *key;
 	uint64_t keylen;
-	uint64_t exe_dev, exe_ino, exe_size, exe_mtime_sec, exe_mtime_nsec;
+	uint64_t exe_dev, exe_ino, exe_size, exe_ctime_sec, exe_ctime_nsec;
 };
 
 /* ar_prestart runs in the process's constructor (cinit.c) when the binary

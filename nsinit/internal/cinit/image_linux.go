@@ -30,7 +30,7 @@ const (
 const PPIDSelf = C.AR_PPID_SELF
 
 // Exe identifies the binary an image was written by.
-type Exe struct{ Dev, Ino, Size, MtimeSec, MtimeNsec uint64 }
+type Exe struct{ Dev, Ino, Size, CtimeSec, CtimeNsec uint64 }
 
 // Prestart is what the CLI's constructor did before the Go runtime
 // started (prestart.c).
@@ -40,7 +40,8 @@ type Prestart struct {
 	// the image it was started from, as read.
 	Pid, Sock int
 	Image     []byte
-	// Argv is the command the init was given, from the command line.
+	// Argv is the command line after its first "--": the command the init
+	// was given.
 	Argv []string
 	// Path is the cache file for Key.
 	Path string
@@ -58,13 +59,13 @@ func TakePrestart() Prestart {
 	}
 	p.Path = C.GoString(r.path)
 	p.Key = C.GoBytes(unsafe.Pointer(r.key), C.int(r.keylen))
-	p.Exe = Exe{uint64(r.exe_dev), uint64(r.exe_ino), uint64(r.exe_size), uint64(r.exe_mtime_sec), uint64(r.exe_mtime_nsec)}
+	p.Exe = Exe{uint64(r.exe_dev), uint64(r.exe_ino), uint64(r.exe_size), uint64(r.exe_ctime_sec), uint64(r.exe_ctime_nsec)}
+	for i := 0; *at(r.argv, i) != nil; i++ {
+		p.Argv = append(p.Argv, C.GoString(*at(r.argv, i)))
+	}
 	if p.State == PrestartStarted {
 		p.Pid, p.Sock = int(r.pid), int(r.sock)
 		p.Image = C.GoBytes(unsafe.Pointer(r.image), C.int(r.image_len))
-		for i := 0; *at(r.argv, i) != nil; i++ {
-			p.Argv = append(p.Argv, C.GoString(*at(r.argv, i)))
-		}
 	}
 	return p
 }
@@ -132,8 +133,8 @@ func Image(p *Plan, preps []Prep, ids IDMaps, key []byte, exe Exe) ([]byte, erro
 		exe_dev:        C.uint64_t(exe.Dev),
 		exe_ino:        C.uint64_t(exe.Ino),
 		exe_size:       C.uint64_t(exe.Size),
-		exe_mtime_sec:  C.uint64_t(exe.MtimeSec),
-		exe_mtime_nsec: C.uint64_t(exe.MtimeNsec),
+		exe_ctime_sec:  C.uint64_t(exe.CtimeSec),
+		exe_ctime_nsec: C.uint64_t(exe.CtimeNsec),
 		keylen:         C.uint64_t(len(key)),
 		plan:           cp,
 		nprep:          C.int(len(preps)),

@@ -137,3 +137,34 @@ func FuzzLoadImage(f *testing.F) {
 		}
 	})
 }
+
+// TestImageNeedsOwnNamespaces: an image whose init would share the host's
+// user or mount namespace is refused, whoever wrote it.
+func TestImageNeedsOwnNamespaces(t *testing.T) {
+	for _, drop := range []uint64{0x10000000, 0x20000} { // CLONE_NEWUSER, CLONE_NEWNS
+		p, preps, ids := fullPlan()
+		p.CloneFlags &^= drop
+		img, err := Image(p, preps, ids, []byte("k"), Exe{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if LoadImage(img, true) == nil {
+			t.Errorf("clone flags %#x (without %#x): image accepted", p.CloneFlags, drop)
+		}
+	}
+}
+
+// TestImageRelocOutsidePointers: a relocation aimed at the header's own
+// fields (the list's length among them) or at the list is refused.
+func TestImageRelocOutsidePointers(t *testing.T) {
+	img := testImage(t)
+	const relocsAt, nrelocsAt = 64, 72
+	rel := binary.NativeEndian.Uint64(img[relocsAt:])
+	for _, target := range []uint64{8, 16, nrelocsAt, rel} {
+		bad := bytes.Clone(img)
+		binary.NativeEndian.PutUint64(bad[rel:], target)
+		if LoadImage(bad, false) == nil {
+			t.Errorf("relocation of offset %d: image accepted", target)
+		}
+	}
+}

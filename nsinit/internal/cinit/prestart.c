@@ -20,6 +20,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -31,6 +32,7 @@
 
 #include <linux/mount.h>
 #include <linux/openat2.h>
+#include <linux/sched.h>
 
 /* Defined (as 1) only by nsinit/prestart, which the CLI imports: a library
  * caller's program never starts anything from its constructor. */
@@ -92,6 +94,8 @@ static int strv_ok(const struct bounds *b, const char *const *v, int n)
 {
 	if (!v)
 		return n <= 0;
+	if ((uintptr_t)v % _Alignof(const char *))
+		return 0;
 	for (int i = 0; n < 0 || i < n; i++) {
 		if (i >= AR_MAX_ENTRIES || !in(b, &v[i], sizeof v[i]))
 			return 0;
@@ -103,22 +107,36 @@ static int strv_ok(const struct bounds *b, const char *const *v, int n)
 	return 1;
 }
 
+static int disjoint(const void *a, size_t alen, const void *c, size_t clen)
+{
+	uintptr_t x = (uintptr_t)a, y = (uintptr_t)c;
+	return x + alen <= y || y + clen <= x;
+}
+
 static int plan_ok(const struct bounds *b, const struct ar_plan *p)
 {
 	if (!in(b, p, sizeof *p) || (uintptr_t)p % 8)
 		return 0;
-	if (p->task_fds || p->ntask_fds || p->nheap || p->argv || p->cgroup_fd != -1)
+	if (p->task_fds || p->ntask_fds || p->nheap || p->argv || p->cgroup_fd != -1 || p->reset_ignored)
+		return 0;
+	/* Whatever else it says, an image's init works in namespaces of its
+	 * own: it runs before anything was checked. */
+	if ((p->clone_flags & (CLONE_NEWUSER | CLONE_NEWNS)) != (CLONE_NEWUSER | CLONE_NEWNS))
 		return 0;
 	if (!arr_ok(b, p->fds, p->nfds) || p->nfds < 4 || p->sync_fd < 3 || p->sync_fd >= p->nfds)
 		return 0;
-	if (!str_ok(b, p->hostname) || !str_ok(b, p->cwd) || !str_ok(b, p->path))
+	/* The starter writes into fds after these checks: it must not
+	 * overlap anything checked. */
+	if (!disjoint(p->fds, (size_t)p->nfds * sizeof *p->fds, p, sizeof *p))
+		return 0;
+	if (!p->cwd || !p->path || !str_ok(b, p->hostname) || !str_ok(b, p->cwd) || !str_ok(b, p->path))
 		return 0;
 	if (!arr_ok(b, p->mounts, p->nmounts))
 		return 0;
 	for (int i = 0; i < p->nmounts; i++) {
 		const struct ar_mount *m = &p->mounts[i];
-		if (!str_ok(b, m->type) || !str_ok(b, m->dest) || !str_ok(b, m->source) ||
-		    !arr_ok(b, m->params, m->nparams))
+		if (!m->type || !m->dest || !m->source || !str_ok(b, m->type) || !str_ok(b, m->dest) ||
+		    !str_ok(b, m->source) || !arr_ok(b, m->params, m->nparams))
 			return 0;
 		for (int j = 0; j < m->nparams; j++)
 			if (!str_ok(b, m->params[j].key) || !str_ok(b, m->params[j].value))
@@ -127,14 +145,15 @@ static int plan_ok(const struct bounds *b, const struct ar_plan *p)
 	if (!arr_ok(b, p->devices, p->ndevices))
 		return 0;
 	for (int i = 0; i < p->ndevices; i++)
-		if (!str_ok(b, p->devices[i].path) || !str_ok(b, p->devices[i].dest))
+		if (!p->devices[i].path || !p->devices[i].dest || !str_ok(b, p->devices[i].path) ||
+		    !str_ok(b, p->devices[i].dest))
 			return 0;
 	if (!strv_ok(b, p->masked, p->nmasked) || !strv_ok(b, p->readonly, p->nreadonly))
 		return 0;
 	if (!arr_ok(b, p->rlimits, p->nrlimits))
 		return 0;
 	for (int i = 0; i < p->nrlimits; i++)
-		if (!str_ok(b, p->rlimits[i].name))
+		if (!p->rlimits[i].name || !str_ok(b, p->rlimits[i].name))
 			return 0;
 	return strv_ok(b, (const char *const *)p->envp, -1);
 }
@@ -157,12 +176,17 @@ const struct ar_plan *ar_image_load(unsigned char *img, uint64_t len, int check_
 		if (got != want)
 			return NULL;
 	}
-	if (h->relocs % 8 || h->relocs > len || h->nrelocs > (len - h->relocs) / 8)
+	/* Read once: a relocation may not rewrite the list or its bounds. */
+	const uint64_t relocs = h->relocs, nrelocs = h->nrelocs;
+	if (relocs % 8 || relocs > len || nrelocs > (len - relocs) / 8)
 		return NULL;
-	uint64_t *rel = (uint64_t *)(img + h->relocs);
-	for (uint64_t i = 0; i < h->nrelocs; i++) {
+	const uint64_t *rel = (const uint64_t *)(img + relocs);
+	for (uint64_t i = 0; i < nrelocs; i++) {
 		uint64_t at = rel[i];
-		if (at % 8 || at > len - 8)
+		/* Only pointer fields: none in the header before key, none in
+		 * the list itself. */
+		if (at % 8 || at > len - 8 || at < offsetof(struct ar_image, key) ||
+		    (at >= relocs && at < relocs + 8 * nrelocs))
 			return NULL;
 		uint64_t *field = (uint64_t *)(img + at);
 		if (*field == 0 || *field >= len)
@@ -174,7 +198,9 @@ const struct ar_plan *ar_image_load(unsigned char *img, uint64_t len, int check_
 	if (!in(&b, h->key, h->keylen) || !str_ok(&b, h->setgroups) || !str_ok(&b, h->uid_map) ||
 	    !str_ok(&b, h->gid_map) || !plan_ok(&b, h->plan))
 		return NULL;
-	if (h->nprep < 0 || h->nprep > 16 || !arr_ok(&b, h->prep, h->nprep))
+	if (h->nprep < 0 || h->nprep > 16 || !arr_ok(&b, h->prep, h->nprep) ||
+	    !disjoint(h->plan->fds, (size_t)h->plan->nfds * sizeof(int), h->prep, (size_t)h->nprep * sizeof *h->prep) ||
+	    !disjoint(h->plan->fds, (size_t)h->plan->nfds * sizeof(int), h, sizeof *h))
 		return NULL;
 	for (int i = 0; i < h->nprep; i++) {
 		const struct ar_prep *pr = &h->prep[i];
@@ -276,7 +302,7 @@ static int cache_dir(char *buf, size_t n, uid_t euid)
 	} else {
 		const char *x = getenv("XDG_RUNTIME_DIR");
 		struct stat st;
-		if (!x || x[0] != '/' || stat(x, &st) < 0 || st.st_uid != euid || (st.st_mode & 077))
+		if (!x || x[0] != '/' || lstat(x, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != euid || (st.st_mode & 077))
 			return -1;
 		r = snprintf(buf, n, "%s/agentrun/prestart", x);
 	}
@@ -291,6 +317,32 @@ static int key_add(size_t *at, const char *s)
 	memcpy(key_buf + *at, s, n);
 	*at += n;
 	return 0;
+}
+
+/* key_add_file adds a digest of the file's content (at most 1 MiB, like
+ * the policy reader), or a marker when it cannot be read. */
+static int key_add_file(size_t *at, const char *path)
+{
+	char line[64];
+	uint64_t h = FNV_OFFSET, n = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return key_add(at, "policy:unreadable");
+	unsigned char buf[4096];
+	for (;;) {
+		ssize_t r = read(fd, buf, sizeof buf);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0 || (n += (uint64_t)r) > (1 << 20)) {
+			close(fd);
+			if (r < 0 || n > (1 << 20))
+				return key_add(at, "policy:unreadable");
+			break;
+		}
+		h = fnv1a(buf, (uint64_t)r, h);
+	}
+	snprintf(line, sizeof line, "policy:%llu:%016llx", (unsigned long long)n, (unsigned long long)h);
+	return key_add(at, line);
 }
 
 /* open_image opens the cache file if this user alone can have written it. */
@@ -365,9 +417,22 @@ void ar_prestart(int argc, char **argv, char **envp)
 	if (!getcwd(cwd, sizeof cwd) || key_add(&klen, "agentrun-prestart-1") < 0 || key_add(&klen, ids) < 0 ||
 	    key_add(&klen, cwd) < 0)
 		return;
-	for (int i = 2; i < dd; i++)
+	for (int i = 2; i < dd; i++) {
 		if (key_add(&klen, argv[i]) < 0)
 			return;
+		/* A policy file's content is part of the key: a stale plan's init
+		 * would create its mount points in the workspace (a bind of the
+		 * host's) before the Go side finds the plan stale. */
+		const char *pf = NULL;
+		if ((strcmp(argv[i], "-policy") == 0 || strcmp(argv[i], "--policy") == 0) && i + 1 < dd)
+			pf = argv[i + 1];
+		else if (strncmp(argv[i], "-policy=", 8) == 0)
+			pf = argv[i] + 8;
+		else if (strncmp(argv[i], "--policy=", 9) == 0)
+			pf = argv[i] + 9;
+		if (pf && key_add_file(&klen, pf) < 0)
+			return;
+	}
 	int trees[16], ntrees = 0, sv[2] = {-1, -1}, pid = -1;
 	char dir[PATH_MAX - 32], pp[64];
 	if (cache_dir(dir, sizeof dir, euid) < 0)
@@ -386,8 +451,10 @@ void ar_prestart(int argc, char **argv, char **envp)
 		.exe_dev = (uint64_t)st.st_dev,
 		.exe_ino = (uint64_t)st.st_ino,
 		.exe_size = (uint64_t)st.st_size,
-		.exe_mtime_sec = (uint64_t)st.st_mtim.tv_sec,
-		.exe_mtime_nsec = (uint64_t)st.st_mtim.tv_nsec,
+		.exe_ctime_sec = (uint64_t)st.st_ctim.tv_sec,
+		.exe_ctime_nsec = (uint64_t)st.st_ctim.tv_nsec,
+		/* argv[argc] is NULL. */
+		.argv = &argv[dd + 1],
 	};
 
 	int fd = open_image(dir, name, euid, &st);
@@ -413,7 +480,7 @@ void ar_prestart(int argc, char **argv, char **envp)
 	}
 	if (!p || h->keylen != klen || memcmp(h->key, key_buf, klen) != 0 || h->exe_dev != result.exe_dev ||
 	    h->exe_ino != result.exe_ino || h->exe_size != result.exe_size ||
-	    h->exe_mtime_sec != result.exe_mtime_sec || h->exe_mtime_nsec != result.exe_mtime_nsec)
+	    h->exe_ctime_sec != result.exe_ctime_sec || h->exe_ctime_nsec != result.exe_ctime_nsec)
 		goto unmap;
 	/* The placeholders: stdio is this process's, the rest is filled in. */
 	if (p->fds[0] != 0 || p->fds[1] != 1 || p->fds[2] != 2)
@@ -423,6 +490,7 @@ void ar_prestart(int argc, char **argv, char **envp)
 			goto unmap;
 	if (p->expect_ppid == AR_PPID_SELF)
 		p->expect_ppid = getpid();
+	p->reset_ignored = 1;
 
 	/* The command: copied, because the init wipes this process's argument
 	 * strings (hide_cmdline) before it executes them. */
