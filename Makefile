@@ -97,7 +97,7 @@ bench-quick: build
 # owns the step (table in bench/README.md). Root or user namespaces needed;
 # what this host cannot run is skipped with the reason. Not a test.
 BENCHTIME ?= 500ms
-BENCH_GO_PKGS := . ./nsinit ./mounts ./seccomp ./cgroups
+BENCH_GO_PKGS := . ./nsinit ./nsinit/internal/cinit ./mounts ./seccomp ./cgroups
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 $(BENCHGOFLAGS) $(BENCH_GO_PKGS)
 

@@ -168,3 +168,25 @@ func TestImageRelocOutsidePointers(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkImage is the Go side's cost of a prestart check: encoding this
+// spawn's plan to compare with the image.
+func BenchmarkImage(b *testing.B) {
+	p, preps, ids := fullPlan()
+	for b.Loop() {
+		if _, err := Image(p, preps, ids, []byte("key"), Exe{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLoadImage is the constructor's validation and relocation of an
+// image (with a copy, as LoadImage makes one).
+func BenchmarkLoadImage(b *testing.B) {
+	img := testImage(b)
+	for b.Loop() {
+		if err := LoadImage(img, true); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
