@@ -127,11 +127,18 @@ func TestPrestartPolicyFile(t *testing.T) {
 	writeFile(t, pol, `{"mounts": [{"source": "`+src+`", "dest": "/workspace/from-policy", "mode": "ro"}]}`, 0o644)
 	cfg.ws = ws
 	cfg.flags = []string{"--policy", pol, "--result", res}
-	for _, want := range []string{"miss", "hit"} {
+	want := "miss"
+	for range 2 {
 		r := spawn(t, cfg, "/bin/true")
 		mustExit(t, r, 0, "spawn with the policy's bind")
-		if got := readResult(t, res, r).Prestart; got != want {
-			t.Fatalf("policy with a bind: prestart %q, want %q\n%s", got, want, r)
+		got := readResult(t, res, r)
+		if got.Prestart != want {
+			t.Fatalf("policy with a bind: prestart %q, want %q\n%s", got.Prestart, want, r)
+		}
+		// On cgroup v2 the init cannot be adopted (TestPrestart), so
+		// nothing is cached; the check below still holds.
+		if got.Limits != "cgroup-v2" {
+			want = "hit"
 		}
 	}
 	writeFile(t, pol, `{}`, 0o644)
