@@ -6,14 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/agentrun/agentrun/internal/passenv"
 )
 
 // DefaultPath is PATH inside the sandbox when the caller has none.
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-// passEnv are the caller variables that reach the command; everything else
-// (tokens, SSH_AUTH_SOCK, cloud credentials) is dropped.
-var passEnv = [...]string{"PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "TERM", "COLORTERM", "NO_COLOR", "TZ"}
 
 // Environ returns the command's environment: PATH and HOME=/tmp, the
 // allowlisted caller variables from callerEnv in the allowlist's order,
@@ -37,7 +35,7 @@ func (p *Policy) Environ(callerEnv []string) ([]string, error) {
 			caller[k] = v
 		}
 	}
-	for _, k := range passEnv {
+	for _, k := range passenv.Names {
 		if v, ok := caller[k]; ok {
 			set(k, v)
 		}

@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"bytes"
 	encbin "encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentrun/agentrun/internal/passenv"
 )
 
 // fingerprint prints what a sandbox looks like from inside: ids,
@@ -58,10 +61,26 @@ func readResult(t *testing.T, path string, r runResult) prestartResult {
 }
 
 // imagePath is where the constructor looks for the image of a spawn with
-// these flags from dir (prestart.c: the key and the cache directory).
-func imagePath(uid, gid int, stateRoot, dir string, flags []string) string {
+// these flags from dir, with the environment startSpawn gives agentrun
+// plus env (prestart.c: the key and the cache directory).
+func imagePath(uid, gid int, stateRoot, dir string, flags, env []string) string {
 	key := []string{"agentrun-prestart-1", fmt.Sprintf("uid=%d gid=%d", uid, gid), dir}
 	key = append(key, flags...)
+	// The variables that reach the command, as os/exec passes them (the
+	// last of duplicates); "K" alone when unset.
+	vals := map[string]string{}
+	for _, kv := range append([]string{"PATH=" + sandboxPath, "LANG=C"}, env...) {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			vals[k] = v
+		}
+	}
+	for _, k := range passenv.Names {
+		if v, ok := vals[k]; ok {
+			key = append(key, k+"="+v)
+		} else {
+			key = append(key, k)
+		}
+	}
 	h := fnv.New64a()
 	for _, k := range key {
 		h.Write([]byte(k))
@@ -155,6 +174,16 @@ func TestPrestartPolicyFile(t *testing.T) {
 	}
 }
 
+// rechecksum makes an edited image's checksum (cinit.h's struct
+// ar_image, offset 16: FNV-1a 64 of the image with the field zero) valid.
+func rechecksum(b []byte) {
+	const checksum = 16
+	encbin.NativeEndian.PutUint64(b[checksum:], 0)
+	h := fnv.New64a()
+	h.Write(b)
+	encbin.NativeEndian.PutUint64(b[checksum:], h.Sum64())
+}
+
 // privateDir is a 0700 directory owned by uid, as a runtime directory is.
 func privateDir(t *testing.T, uid, gid int) string {
 	t.Helper()
@@ -176,7 +205,7 @@ func testPrestart(t *testing.T, base spawnCfg, uid, gid int, stateRoot string) {
 	base.ws = ws
 	base.flags = []string{"--result", res}
 	flags := append([]string{"--workspace", ws}, base.flags...)
-	image := imagePath(uid, gid, stateRoot, os.TempDir(), flags)
+	image := imagePath(uid, gid, stateRoot, os.TempDir(), flags, base.env)
 	t.Cleanup(func() { _ = os.Remove(image) })
 
 	run := func(what string, env []string, command ...string) (runResult, prestartResult) {
@@ -295,17 +324,40 @@ func testPrestart(t *testing.T, base spawnCfg, uid, gid int, stateRoot string) {
 		t.Errorf("other command: prestart %q, stdout %q; want hit and \"other cmd\"", otherRes.Prestart, other.stdout)
 	}
 
-	// A different environment makes a different plan: the init started from
-	// the cached one is killed and the sandbox gets this spawn's.
+	// A cached plan that loads but is not this spawn's, as after a change
+	// of the host that the key does not cover: the init started from it is
+	// killed, and the sandbox is the one this spawn's plan gives.
 	envCheck := []string{"/bin/sh", "-c", `echo "TERM=$TERM"`}
-	mis, misRes := run("mismatch", []string{"TERM=vt100-prestart"}, envCheck...)
-	mustExit(t, mis, 0, "spawn with another TERM")
-	if misRes.Prestart != "mismatch" || strings.TrimSpace(mis.stdout) != "TERM=vt100-prestart" {
-		t.Errorf("another TERM: prestart %q, stdout %q; want mismatch and TERM=vt100-prestart", misRes.Prestart, mis.stdout)
+	b, err := os.ReadFile(image)
+	if err != nil {
+		t.Fatal(err)
 	}
-	again, againRes := run("after mismatch", []string{"TERM=vt100-prestart"}, envCheck...)
-	if againRes.Prestart != "hit" || strings.TrimSpace(again.stdout) != "TERM=vt100-prestart" {
-		t.Errorf("same TERM again: prestart %q, stdout %q; want hit (the image was replaced)", againRes.Prestart, again.stdout)
+	at := bytes.Index(b, []byte("TERM=dumb\x00"))
+	if at < 0 {
+		t.Fatalf("no TERM=dumb in the image %s", image)
+	}
+	copy(b[at:], "TERM=evil")
+	rechecksum(b)
+	if err := os.WriteFile(image, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mis, misRes := run("mismatch", nil, envCheck...)
+	mustExit(t, mis, 0, "spawn from a plan that is not its own")
+	if misRes.Prestart != "mismatch" || strings.TrimSpace(mis.stdout) != "TERM=dumb" {
+		t.Errorf("a cached plan with another TERM: prestart %q, stdout %q; want mismatch and TERM=dumb", misRes.Prestart, mis.stdout)
+	}
+	again, againRes := run("after mismatch", nil, envCheck...)
+	if againRes.Prestart != "hit" || strings.TrimSpace(again.stdout) != "TERM=dumb" {
+		t.Errorf("after a mismatch: prestart %q, stdout %q; want hit (the image was replaced)", againRes.Prestart, again.stdout)
+	}
+
+	// Another value of a variable that reaches the command is another
+	// key: a miss (no init started only to be killed), then a hit.
+	for _, want := range []string{"miss", "hit"} {
+		r, rr := run("another TERM", []string{"TERM=vt100-prestart"}, envCheck...)
+		if rr.Prestart != want || strings.TrimSpace(r.stdout) != "TERM=vt100-prestart" {
+			t.Errorf("another TERM: prestart %q, stdout %q; want %s and TERM=vt100-prestart", rr.Prestart, r.stdout, want)
+		}
 	}
 
 	// Images the constructor must not use: each spawn must report miss
@@ -359,12 +411,9 @@ func testPrestart(t *testing.T, base spawnCfg, uid, gid int, stateRoot string) {
 			}
 			// exe_ino (cinit.h's struct ar_image), with the checksum fixed
 			// up, so that only the binary's identity is wrong.
-			const exeIno, checksum = 32, 16
+			const exeIno = 32
 			encbin.NativeEndian.PutUint64(b[exeIno:], encbin.NativeEndian.Uint64(b[exeIno:])+1)
-			encbin.NativeEndian.PutUint64(b[checksum:], 0)
-			h := fnv.New64a()
-			h.Write(b)
-			encbin.NativeEndian.PutUint64(b[checksum:], h.Sum64())
+			rechecksum(b)
 			if err := os.WriteFile(image, b, 0o600); err != nil {
 				t.Fatal(err)
 			}

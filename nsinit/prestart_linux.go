@@ -49,12 +49,18 @@ func DiscardPrestart() {
 
 func killPrestart(pre cinit.Prestart) {
 	_ = unix.Kill(pre.Pid, unix.SIGKILL)
+	_ = unix.Close(pre.Sock)
+	reapChild(pre.Pid)
+}
+
+// reapChild waits for a killed child. Its namespaces are torn down in its exit,
+// before it can be reaped: about a millisecond of mounts here.
+func reapChild(pid int) {
 	for {
-		if _, err := unix.Wait4(pre.Pid, nil, 0, nil); !errors.Is(err, unix.EINTR) {
-			break
+		if _, err := unix.Wait4(pid, nil, 0, nil); !errors.Is(err, unix.EINTR) {
+			return
 		}
 	}
-	_ = unix.Close(pre.Sock)
 }
 
 // prestartImage is the image of the plan startC would run for spec, with
@@ -144,7 +150,11 @@ func takePrestart(cfg *Config, spec *specs.Spec, awaitProg func() (*seccomp.Prog
 			}
 			ierr = err
 		} else {
-			killPrestart(pre)
+			// Reaped off the spawn's path: the spawn does not wait for the
+			// unused sandbox's teardown. It has no use for the child after.
+			_ = unix.Kill(pre.Pid, unix.SIGKILL)
+			_ = unix.Close(pre.Sock)
+			go reapChild(pre.Pid)
 		}
 		r.outcome = PrestartMismatch
 	}

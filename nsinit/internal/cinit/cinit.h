@@ -209,6 +209,8 @@ struct ar_prestart {
  * enables it (nsinit/prestart); ar_prestart_take hands its result to the
  * Go side once: later calls see AR_PRESTART_OFF. */
 void ar_prestart(int argc, char **argv, char **envp);
+/* The environment variables whose values are part of the key. */
+const char *const *ar_prestart_pass_env(void);
 struct ar_prestart ar_prestart_take(void);
 
 /* ar_image_load validates img (len bytes, writable, relocated in place)

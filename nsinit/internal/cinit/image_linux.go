@@ -70,6 +70,17 @@ func TakePrestart() Prestart {
 	return p
 }
 
+// PassEnv is the constructor's list of the variables whose values are part
+// of its key: the ones that reach the command (internal/passenv).
+func PassEnv() []string {
+	var out []string
+	v := C.ar_prestart_pass_env()
+	for i := 0; *at(v, i) != nil; i++ {
+		out = append(out, C.GoString(*at(v, i)))
+	}
+	return out
+}
+
 // Prep is an idmapped bind the starter prepares as a detached tree.
 type Prep struct {
 	Source         string

@@ -345,6 +345,30 @@ static int key_add_file(size_t *at, const char *path)
 	return key_add(at, line);
 }
 
+/* The caller variables that reach the command (internal/passenv; a test
+ * keeps the two lists equal). Their values are part of the key: another
+ * TERM is another plan, and as a key of its own it costs no early init
+ * that is then thrown away. */
+static const char *const pass_env[] = {"PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "TERM", "COLORTERM", "NO_COLOR", "TZ", NULL};
+
+const char *const *ar_prestart_pass_env(void)
+{
+	return pass_env;
+}
+
+static int key_add_env(size_t *at)
+{
+	char kv[4096];
+	for (const char *const *k = pass_env; *k; k++) {
+		/* "K=V", or "K" alone when unset (not the same as empty). */
+		const char *v = getenv(*k);
+		int n = v ? snprintf(kv, sizeof kv, "%s=%s", *k, v) : snprintf(kv, sizeof kv, "%s", *k);
+		if (n < 0 || (size_t)n >= sizeof kv || key_add(at, kv) < 0)
+			return -1;
+	}
+	return 0;
+}
+
 /* open_image opens the cache file if this user alone can have written it. */
 static int open_image(const char *dir, const char *name, uid_t euid, struct stat *st)
 {
@@ -407,9 +431,10 @@ void ar_prestart(int argc, char **argv, char **envp)
 	if (dd < 0 || dd + 1 >= argc)
 		return;
 
-	/* The key: what the plan may depend on that the image cannot check by
-	 * itself. Everything else (environment, host files) shows up as a
-	 * different plan on the Go side. */
+	/* The key: what the plan depends on that changes between callers
+	 * (ids, directory, flags, the policy file, the variables that pass
+	 * into the sandbox). Everything else (host files, the rest of the
+	 * environment) shows up as a different plan on the Go side. */
 	uid_t euid = geteuid();
 	char ids[64], cwd[PATH_MAX];
 	size_t klen = 0;
@@ -434,6 +459,8 @@ void ar_prestart(int argc, char **argv, char **envp)
 			return;
 	}
 	int trees[16], ntrees = 0, sv[2] = {-1, -1}, pid = -1;
+	if (key_add_env(&klen) < 0)
+		return;
 	char dir[PATH_MAX - 32], pp[64];
 	if (cache_dir(dir, sizeof dir, euid) < 0)
 		return;
