@@ -382,6 +382,12 @@ func writeProc(name, data string) error {
 // cUserns returns an fd of a user namespace with the given maps, owned by
 // a short-lived holder that the C side clones (no exec).
 func cUserns(uids, gids []specs.LinuxIDMapping) (int, error) {
+	return usernsVia(cinit.UsernsHolder, uids, gids)
+}
+
+// usernsVia is cUserns with the holder's start (cinit.UsernsHolder) as a
+// parameter, so that a test can account for every holder's release.
+func usernsVia(holder func(pipeRead int) (int, func(), error), uids, gids []specs.LinuxIDMapping) (int, error) {
 	// The holder's parent death signal follows this thread.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -390,7 +396,7 @@ func cUserns(uids, gids []specs.LinuxIDMapping) (int, error) {
 		return -1, fmt.Errorf("userns holder: %w", err)
 	}
 	defer w.Close()
-	pid, reaped, err := cinit.UsernsHolder(int(r.Fd()))
+	pid, reaped, err := holder(int(r.Fd()))
 	r.Close()
 	if err != nil {
 		return -1, fmt.Errorf("userns holder: %w", err)
