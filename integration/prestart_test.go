@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -125,11 +126,11 @@ func TestPrestart(t *testing.T) {
 	})
 }
 
-// TestPrestartPolicyFile: the content of --policy is part of the cache key.
-// An init started from a stale plan builds its root before the Go side
-// finds it stale, and mount points under /workspace are created in the
-// host's directory: a plan from an older policy must not run at all.
-func TestPrestartPolicyFile(t *testing.T) {
+// prestartCaller is the configuration of a caller that can prestart:
+// root, or a user with a private runtime directory. It skips when the run
+// selects the Go init, for which the constructor stands aside.
+func prestartCaller(t *testing.T) spawnCfg {
+	t.Helper()
 	if b := os.Getenv("AGENTRUN_INIT"); b != "" && b != "c" {
 		t.Skipf("prestart starts the C init; this run selects the %s init (AGENTRUN_INIT)", b)
 	}
@@ -138,6 +139,35 @@ func TestPrestartPolicyFile(t *testing.T) {
 	if !isRoot() {
 		cfg.env = []string{"XDG_RUNTIME_DIR=" + privateDir(t, os.Geteuid(), os.Getegid())}
 	}
+	return cfg
+}
+
+// warmPrestart spawns /bin/true twice with cfg (whose --result is res):
+// a miss that caches the plan, then a hit. On cgroup v2 the init cannot be
+// adopted (TestPrestart), so both are misses; what the callers check
+// afterwards still holds.
+func warmPrestart(t *testing.T, cfg spawnCfg, res, what string) {
+	t.Helper()
+	want := "miss"
+	for range 2 {
+		r := spawn(t, cfg, "/bin/true")
+		mustExit(t, r, 0, what)
+		got := readResult(t, res, r)
+		if got.Prestart != want {
+			t.Fatalf("%s: prestart %q, want %q\n%s", what, got.Prestart, want, r)
+		}
+		if got.Limits != "cgroup-v2" {
+			want = "hit"
+		}
+	}
+}
+
+// TestPrestartPolicyFile: the content of --policy is part of the cache key.
+// An init started from a stale plan builds its root before the Go side
+// finds it stale, and mount points under /workspace are created in the
+// host's directory: a plan from an older policy must not run at all.
+func TestPrestartPolicyFile(t *testing.T) {
+	cfg := prestartCaller(t)
 	ws := newWorkspace(t)
 	src := tempDir(t)
 	dir := tempDir(t)
@@ -146,20 +176,7 @@ func TestPrestartPolicyFile(t *testing.T) {
 	writeFile(t, pol, `{"mounts": [{"source": "`+src+`", "dest": "/workspace/from-policy", "mode": "ro"}]}`, 0o644)
 	cfg.ws = ws
 	cfg.flags = []string{"--policy", pol, "--result", res}
-	want := "miss"
-	for range 2 {
-		r := spawn(t, cfg, "/bin/true")
-		mustExit(t, r, 0, "spawn with the policy's bind")
-		got := readResult(t, res, r)
-		if got.Prestart != want {
-			t.Fatalf("policy with a bind: prestart %q, want %q\n%s", got.Prestart, want, r)
-		}
-		// On cgroup v2 the init cannot be adopted (TestPrestart), so
-		// nothing is cached; the check below still holds.
-		if got.Limits != "cgroup-v2" {
-			want = "hit"
-		}
-	}
+	warmPrestart(t, cfg, res, "spawn with the policy's bind")
 	writeFile(t, pol, `{}`, 0o644)
 	if err := os.Remove(filepath.Join(ws, "from-policy")); err != nil {
 		t.Fatal(err)
@@ -171,6 +188,90 @@ func TestPrestartPolicyFile(t *testing.T) {
 	}
 	if exists(filepath.Join(ws, "from-policy")) {
 		t.Errorf("HOST CHANGED: a plan from the old policy created %s", filepath.Join(ws, "from-policy"))
+	}
+}
+
+// TestPrestartStalePlanWritesNothing: the cached plan is checked only
+// once Go runs, and the early init may build its root before that. It
+// must not create anything inside a host directory until then: here the
+// workspace is named through a symlink that is pointed elsewhere after
+// the plan was cached, and the plan has a mount point inside the
+// workspace. The old target must stay untouched.
+func TestPrestartStalePlanWritesNothing(t *testing.T) {
+	cfg := prestartCaller(t)
+	dir := tempDir(t)
+	for _, d := range []string{"a/w", "b/w"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink("a", link); err != nil {
+		t.Fatal(err)
+	}
+	res := filepath.Join(dir, "result.json")
+	cfg.flags = []string{"--workspace", filepath.Join(link, "w"), "--tmpfs", "/workspace/mnt", "--result", res}
+	warmPrestart(t, cfg, res, "spawn with a mount inside the workspace")
+	old := filepath.Join(dir, "a", "w", "mnt")
+	if err := os.Remove(old); err != nil {
+		t.Fatalf("the mount point the spawns made: %v", err)
+	}
+	if err := os.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("b", link); err != nil {
+		t.Fatal(err)
+	}
+	r := spawn(t, cfg, "/bin/true")
+	mustExit(t, r, 0, "spawn after the symlink moved")
+	if got := readResult(t, res, r); got.Prestart == "hit" {
+		t.Errorf("the plan of the old workspace was adopted (prestart %q)", got.Prestart)
+	}
+	if exists(old) {
+		t.Errorf("HOST CHANGED: an init started from the stale plan created %s", old)
+	}
+	if !exists(filepath.Join(dir, "b", "w", "mnt")) {
+		t.Errorf("the spawn did not make its mount point in the new workspace")
+	}
+}
+
+// TestPrestartPolicyPipe: a --policy that is a pipe or a FIFO is read by
+// Go alone. The constructor must not open it (it took the content, or
+// made the FIFO's writer die of SIGPIPE while Go's open hung).
+func TestPrestartPolicyPipe(t *testing.T) {
+	t.Parallel()
+	dir := tempDir(t)
+	policy := `{"env": ["FROM_POLICY=yes"]}`
+	check := []string{"/bin/sh", "-c", `echo "FROM_POLICY=$FROM_POLICY"`}
+	for _, kind := range []string{"fifo", "stdin"} {
+		t.Run(kind, func(t *testing.T) {
+			cfg := spawnCfg{guard: 20 * time.Second}
+			if !isRoot() {
+				cfg.env = []string{"XDG_RUNTIME_DIR=" + privateDir(t, os.Geteuid(), os.Getegid())}
+			}
+			switch kind {
+			case "fifo":
+				fifo := filepath.Join(dir, "policy.fifo")
+				if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				go func() {
+					if f, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+						_, _ = f.WriteString(policy)
+						f.Close()
+					}
+				}()
+				cfg.flags = []string{"--policy", fifo}
+			case "stdin":
+				cfg.stdin = strings.NewReader(policy)
+				cfg.flags = []string{"--policy", "/dev/stdin"}
+			}
+			r := spawn(t, cfg, check...)
+			mustExit(t, r, 0, "spawn with its policy on a "+kind)
+			if got := strings.TrimSpace(r.stdout); got != "FROM_POLICY=yes" {
+				t.Errorf("policy from a %s: the command saw %q, want FROM_POLICY=yes\n%s", kind, got, r)
+			}
+		})
 	}
 }
 
@@ -294,7 +395,7 @@ func testPrestart(t *testing.T, base spawnCfg, uid, gid int, stateRoot string) {
 	// SIGCHLD ignored (it hung: the kernel reaped the command unseen).
 	ignoring := filepath.Join(resDir, "ignoring")
 	// env(1) of coreutils 9, because a shell's trap cannot ignore SIGCHLD.
-	script := "#!/bin/sh\nexec env --ignore-signal=TERM,USR1,PIPE,QUIT,HUP,INT,CHLD,XFSZ " + agentrunBin + " \"$@\"\n"
+	script := "#!/bin/sh\nexec env --ignore-signal=TERM,USR1,PIPE,QUIT,HUP,INT,CHLD,XFSZ,TSTP,TTIN,TTOU,CONT " + agentrunBin + " \"$@\"\n"
 	if exec.Command("env", "--ignore-signal=CHLD", "true").Run() != nil {
 		t.Logf("env(1) here cannot ignore signals (coreutils 9 can): a shell trap ignores them instead, which leaves SIGCHLD out")
 		script = "#!/bin/sh\ntrap '' TERM USR1 PIPE QUIT HUP INT XFSZ\nexec " + agentrunBin + " \"$@\"\n"

@@ -144,6 +144,10 @@ func takePrestart(cfg *Config, spec *specs.Spec, awaitProg func() (*seccomp.Prog
 	r := prestarted{outcome: PrestartMiss, path: pre.Path}
 	if pre.State == cinit.PrestartStarted {
 		if ierr == nil && bytes.Equal(img, pre.Image) {
+			// The plan is this spawn's: the init may now make mount
+			// points inside host binds (await_verified in cinit.c). A
+			// failed write means it is gone; its report says why.
+			_, _ = unix.Write(pre.Sock, []byte{'v'})
 			p, err := adoptPrestart(cfg, pre, awaitProg)
 			if !errors.Is(err, errNotAdoptable) {
 				return prestarted{p: p, err: err, done: true, outcome: PrestartHit}
@@ -168,8 +172,9 @@ func takePrestart(cfg *Config, spec *specs.Spec, awaitProg func() (*seccomp.Prog
 }
 
 // adoptPrestart takes over the init the constructor started: it waits,
-// past its root, for the release, which here also carries the v1 cgroup
-// "tasks" files it joins first (await_release in cinit.c).
+// past its root (short of mount points inside host binds until it got
+// 'v'), for the release, which here also carries the v1 cgroup "tasks"
+// files it joins first (await_release in cinit.c).
 func adoptPrestart(cfg *Config, pre cinit.Prestart, awaitProg func() (*seccomp.Program, error)) (*Process, error) {
 	cg, err := cfg.placement()
 	if err != nil {

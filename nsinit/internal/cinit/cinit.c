@@ -251,6 +251,7 @@ static void put_errno(struct out *o, int e)
 struct ctx {
 	const struct ar_plan *p;
 	int sync; /* the sync socket; the parent's number until fds are arranged */
+	int verified; /* await_verify: the parent's 'v' was read */
 	/* Detail of a failed mount helper, e.g. "open source " + "/usr". */
 	const char *what;
 	const char *what_arg;
@@ -757,6 +758,38 @@ static int readonly_path(struct ctx *c, int rootfd, const char *p)
 
 /* setup_root assembles the root on a fresh tmpfs and pivots into it, in
  * the order of mounts.Setup. */
+/* under_bind reports whether dest is, or lies inside, the destination of
+ * one of the first n mounts that attach host trees: making its mount point
+ * would write to a host filesystem. */
+static int under_bind(const struct ar_plan *p, int n, const char *dest)
+{
+	for (int i = 0; i < n; i++) {
+		const struct ar_mount *m = &p->mounts[i];
+		if (m->kind != AR_MOUNT_BIND)
+			continue;
+		size_t l = strlen(m->dest);
+		if (l > 0 && strncmp(dest, m->dest, l) == 0 && (dest[l] == 0 || dest[l] == '/' || m->dest[l - 1] == '/'))
+			return 1;
+	}
+	return 0;
+}
+
+/* await_verified blocks a prestarted init until the parent has found the
+ * plan to be its own: one 'v' message. Anything else ends the init. */
+static void await_verified(struct ctx *c)
+{
+	if (!c->p->await_verify || c->verified)
+		return;
+	char v;
+	ssize_t n;
+	do
+		n = recv(c->sync, &v, 1, MSG_TRUNC);
+	while (n < 0 && errno == EINTR);
+	if (n != 1 || v != 'v')
+		_exit(EXIT_SETUP_FAILED);
+	c->verified = 1;
+}
+
 static void setup_root(struct ctx *c)
 {
 	const struct ar_plan *p = c->p;
@@ -815,6 +848,8 @@ static void setup_root(struct ctx *c)
 		const struct ar_mount *m = &p->mounts[i];
 		int r;
 		c->what = c->what_arg = NULL;
+		if (under_bind(p, i, m->dest))
+			await_verified(c);
 		switch (m->kind) {
 		case AR_MOUNT_BIND:
 			r = attach_tree(c, rootfd, trees[i], m->dest);
@@ -839,6 +874,8 @@ static void setup_root(struct ctx *c)
 	}
 	for (int i = 0; i < p->ndevices; i++) {
 		c->what = c->what_arg = NULL;
+		if (under_bind(p, p->nmounts, p->devices[i].dest))
+			await_verified(c);
 		int r = attach_tree(c, rootfd, devs[i], p->devices[i].dest);
 		close(devs[i]);
 		if (r < 0)
@@ -846,6 +883,8 @@ static void setup_root(struct ctx *c)
 	}
 	for (int i = 0; i < p->nmasked; i++) {
 		c->what = c->what_arg = NULL;
+		if (under_bind(p, p->nmounts, p->masked[i]))
+			await_verified(c);
 		if (mask_path(c, rootfd, null, p->masked[i]) < 0)
 			die_mount(c, "mask", p->masked[i]);
 	}
@@ -1459,17 +1498,18 @@ static _Noreturn void child(const struct ar_plan *p, int heap_left_behind)
 	if (!heap_left_behind)
 		shed_parent(p);
 
-	/* Go's handlers must never run here: reset every caught signal to its
-	 * default (ignored ones stay ignored, as across execve, unless the plan
-	 * says the dispositions are still the caller's). SIGCHLD always: init
-	 * waits for the command, which an ignored SIGCHLD would reap unseen.
+	/* Go's handlers must never run here, and the command starts with every
+	 * signal at its default: ignored ones are reset too, whatever the
+	 * caller ignored (a prestarted init still has the caller's
+	 * dispositions, which Go's runtime would have replaced), and init must
+	 * see its command exit, which an ignored SIGCHLD would reap unseen.
 	 * All signals stay blocked; the command unblocks them, init reads a
 	 * signalfd. */
 	for (int sig = 1; sig < NSIG; sig++) {
 		struct sigaction old;
 		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &old) < 0)
 			continue;
-		if (old.sa_handler != SIG_DFL && (old.sa_handler != SIG_IGN || p->reset_ignored || sig == SIGCHLD)) {
+		if (old.sa_handler != SIG_DFL) {
 			struct sigaction dfl = {.sa_handler = SIG_DFL};
 			(void)sigaction(sig, &dfl, NULL);
 		}
@@ -1562,6 +1602,7 @@ static _Noreturn void child(const struct ar_plan *p, int heap_left_behind)
 	/* Everything so far ran while the parent placed init in its cgroup and
 	 * compiled the filter; nothing of the command runs before both. */
 	struct release rel;
+	await_verified(&c);
 	await_release(&c, &rel);
 	/* In the sandbox's cgroup now, so the new cgroup namespace is rooted
 	 * there. */

@@ -97,10 +97,12 @@ struct ar_plan {
 	const char *path;  /* PATH for the command lookup ("" when unset) */
 	int no_new_privs;
 	uint32_t keep_caps[2]; /* capabilities granted to the command (bit n = cap n) */
-	/* Reset ignored signals to their default too (a prestart: this process's
-	 * dispositions are still its caller's, which Go would have replaced).
-	 * Set by the starter, never part of an image. */
-	int reset_ignored;
+	/* A prestart: the plan is not known to be this spawn's yet. Before
+	 * creating anything inside a host bind (a mount point in the
+	 * workspace), and before the release, wait for the parent's 'v' (it
+	 * found the plan to be its own). Set by the starter, never part of an
+	 * image. */
+	int await_verify;
 };
 
 /* The most fds, mounts, devices... a plan may carry: the child keeps

@@ -117,7 +117,7 @@ static int plan_ok(const struct bounds *b, const struct ar_plan *p)
 {
 	if (!in(b, p, sizeof *p) || (uintptr_t)p % 8)
 		return 0;
-	if (p->task_fds || p->ntask_fds || p->nheap || p->argv || p->cgroup_fd != -1 || p->reset_ignored)
+	if (p->task_fds || p->ntask_fds || p->nheap || p->argv || p->cgroup_fd != -1 || p->await_verify)
 		return 0;
 	/* Whatever else it says, an image's init works in namespaces of its
 	 * own: it runs before anything was checked. */
@@ -319,28 +319,36 @@ static int key_add(size_t *at, const char *s)
 	return 0;
 }
 
-/* key_add_file adds a digest of the file's content (at most 1 MiB, like
- * the policy reader), or a marker when it cannot be read. */
+/* key_add_file adds a digest of a policy file's content. Only a regular
+ * file of at most 1 MiB is read: opening a FIFO, a pipe (/dev/stdin) or a
+ * device here would take from the Go side what it reads next. Anything
+ * else keys on its path alone; the plan's check and the init's wait for
+ * it before touching host directories (await_verify) keep that safe. */
 static int key_add_file(size_t *at, const char *path)
 {
 	char line[64];
-	uint64_t h = FNV_OFFSET, n = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	struct stat st, fst;
+	if (stat(path, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > (1 << 20))
+		return key_add(at, "policy:not-hashed");
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0)
-		return key_add(at, "policy:unreadable");
+		return key_add(at, "policy:not-hashed");
+	uint64_t h = FNV_OFFSET, n = 0;
+	int ok = fstat(fd, &fst) == 0 && S_ISREG(fst.st_mode) && fst.st_dev == st.st_dev && fst.st_ino == st.st_ino;
 	unsigned char buf[4096];
-	for (;;) {
+	while (ok) {
 		ssize_t r = read(fd, buf, sizeof buf);
 		if (r < 0 && errno == EINTR)
 			continue;
-		if (r <= 0 || (n += (uint64_t)r) > (1 << 20)) {
-			close(fd);
-			if (r < 0 || n > (1 << 20))
-				return key_add(at, "policy:unreadable");
+		if (r < 0 || (n += (uint64_t)r) > (1 << 20))
+			ok = 0;
+		if (r <= 0)
 			break;
-		}
 		h = fnv1a(buf, (uint64_t)r, h);
 	}
+	close(fd);
+	if (!ok)
+		return key_add(at, "policy:not-hashed");
 	snprintf(line, sizeof line, "policy:%llu:%016llx", (unsigned long long)n, (unsigned long long)h);
 	return key_add(at, line);
 }
@@ -517,7 +525,7 @@ void ar_prestart(int argc, char **argv, char **envp)
 			goto unmap;
 	if (p->expect_ppid == AR_PPID_SELF)
 		p->expect_ppid = getpid();
-	p->reset_ignored = 1;
+	p->await_verify = 1;
 
 	/* The command: copied, because the init wipes this process's argument
 	 * strings (hide_cmdline) before it executes them. */
@@ -542,6 +550,17 @@ void ar_prestart(int argc, char **argv, char **envp)
 	for (int i = 3; i < p->nfds; i++)
 		if (i != p->sync_fd && p->fds[i] < 0)
 			goto close_trees;
+	/* Go replaces the SIGCHLD disposition when it starts; until then an
+	 * ignored one would have the kernel reap the early init on its death,
+	 * and its pid could be someone else's by the time Go kills it. */
+	struct sigaction chld;
+	if (sigaction(SIGCHLD, NULL, &chld) < 0)
+		goto close_trees;
+	if (chld.sa_handler == SIG_IGN || (chld.sa_flags & SA_NOCLDWAIT)) {
+		struct sigaction dfl = {.sa_handler = SIG_DFL};
+		if (sigaction(SIGCHLD, &dfl, NULL) < 0)
+			goto close_trees;
+	}
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
 		goto close_trees;
 	fds[p->sync_fd] = sv[1];
