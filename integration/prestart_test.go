@@ -235,9 +235,9 @@ func TestPrestartStalePlanWritesNothing(t *testing.T) {
 	}
 }
 
-// TestPrestartPolicyPipe: a --policy that is a pipe or a FIFO is read by
-// Go alone. The constructor must not open it (it took the content, or
-// made the FIFO's writer die of SIGPIPE while Go's open hung).
+// TestPrestartPolicyPipe: a --policy that is a pipe (stdin) or a FIFO is
+// read by Go alone. The constructor must not open it (it took the content,
+// or made the FIFO's writer die of SIGPIPE while Go's open hung).
 func TestPrestartPolicyPipe(t *testing.T) {
 	t.Parallel()
 	dir := tempDir(t)
@@ -264,7 +264,9 @@ func TestPrestartPolicyPipe(t *testing.T) {
 				cfg.flags = []string{"--policy", fifo}
 			case "stdin":
 				cfg.stdin = strings.NewReader(policy)
-				cfg.flags = []string{"--policy", "/dev/stdin"}
+				// /proc/self/fd/0 rather than /dev/stdin, which a minimal
+				// /dev (the vmtest VM's) lacks.
+				cfg.flags = []string{"--policy", "/proc/self/fd/0"}
 			}
 			r := spawn(t, cfg, check...)
 			mustExit(t, r, 0, "spawn with its policy on a "+kind)
