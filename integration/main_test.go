@@ -191,14 +191,17 @@ func copyFile(t *testing.T, src, dst string, mode os.FileMode) {
 		t.Fatal(err)
 	}
 	defer in.Close()
+	// No fork while dst is open for writing (see writeFile).
+	syscall.ForkLock.RLock()
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err == nil {
+		_, err = io.Copy(out, in)
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+	}
+	syscall.ForkLock.RUnlock()
 	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		t.Fatal(err)
-	}
-	if err := out.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Chmod(dst, mode); err != nil {
@@ -208,7 +211,14 @@ func copyFile(t *testing.T, src, dst string, mode os.FileMode) {
 
 func writeFile(t *testing.T, p, data string, mode os.FileMode) {
 	t.Helper()
-	if err := os.WriteFile(p, []byte(data), mode); err != nil {
+	// A fork by a parallel test while the file is open for writing would
+	// hold the fd until its exec, and executing the file then fails with
+	// ETXTBSY ("text file busy"); os/exec forks with ForkLock held for
+	// writing.
+	syscall.ForkLock.RLock()
+	err := os.WriteFile(p, []byte(data), mode)
+	syscall.ForkLock.RUnlock()
+	if err != nil {
 		t.Fatal(err)
 	}
 }
