@@ -235,6 +235,40 @@ func TestPrestartStalePlanWritesNothing(t *testing.T) {
 	}
 }
 
+// TestPrestartLimitsHold: a prestarted init joins its cgroup only at its
+// release (the tasks files come with it). A fork bomb on a hit must stop
+// at the pids limit, as it does without prestart.
+func TestPrestartLimitsHold(t *testing.T) {
+	cfg := prestartCaller(t)
+	if !isRoot() {
+		t.Skip("needs root: cgroup limits on this v1 host need root (the rootless cgroup paths are the cgroups suite's and vmtest's)")
+	}
+	dir := tempDir(t)
+	res := filepath.Join(dir, "result.json")
+	cfg.ws = newWorkspace(t)
+	cfg.flags = []string{"--pids", "16", "--result", res}
+	warmPrestart(t, cfg, res, "spawn with a pids limit")
+	r := spawn(t, cfg, "/bin/sh", "-c", `i=0; while [ $i -lt 64 ]; do sleep 5 & i=$((i+1)); done; echo forked $i`)
+	var got struct {
+		Prestart string `json:"prestart"`
+		PidsPeak uint64 `json:"pids_peak"`
+		Limits   string `json:"limits"`
+	}
+	b, err := os.ReadFile(res)
+	if err != nil {
+		t.Fatalf("--result: %v\n%s", err, r)
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Limits != "cgroup-v2" && got.Prestart != "hit" {
+		t.Fatalf("prestart %q, want hit\n%s", got.Prestart, r)
+	}
+	if got.PidsPeak == 0 || got.PidsPeak > 16 || strings.Contains(r.stdout, "forked 64") {
+		t.Errorf("SANDBOX LIMIT: a fork bomb on a prestart hit reached pids_peak %d (limit 16), stdout %q\n%s", got.PidsPeak, r.stdout, r)
+	}
+}
+
 // TestPrestartPolicyPipe: a --policy that is a pipe (stdin) or a FIFO is
 // read by Go alone. The constructor must not open it (it took the content,
 // or made the FIFO's writer die of SIGPIPE while Go's open hung).
