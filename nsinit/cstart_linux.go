@@ -233,16 +233,24 @@ func (p *Process) runC(plan *cinit.Plan, std *stdio, release func(pid int) error
 			p.postClone = pe
 		}
 	}
-	// On Linux this holds a pidfd, so the wait below cannot hit a reused pid.
 	proc, err := os.FindProcess(pid)
 	started <- nil
-	if err == nil {
+	p.awaitExit(proc, err, std)
+}
+
+// awaitExit waits for the init found by os.FindProcess (on Linux it holds
+// a pidfd, so the wait cannot hit a reused pid) and for its stdio copies
+// (std, when any), then marks the Process waited.
+func (p *Process) awaitExit(proc *os.Process, findErr error, std *stdio) {
+	if findErr == nil {
 		p.state, p.err = proc.Wait()
 	} else {
-		p.err = err
+		p.err = findErr
 	}
-	if err := std.wait(); p.err == nil {
-		p.err = err
+	if std != nil {
+		if err := std.wait(); p.err == nil {
+			p.err = err
+		}
 	}
 	close(p.waited)
 }

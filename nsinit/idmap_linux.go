@@ -62,11 +62,8 @@ func prepareMountsWith(spec *specs.Spec, idmapUserns func(uids, gids []specs.Lin
 			unix.Close(fd)
 		}
 	}()
-	for i := range spec.Mounts {
+	for _, i := range idmapped(spec) {
 		m := &spec.Mounts[i]
-		if len(m.UIDMappings) == 0 && len(m.GIDMappings) == 0 {
-			continue
-		}
 		key := fmt.Sprint(m.UIDMappings, m.GIDMappings)
 		nsfd, ok := usernsByKey[key]
 		if !ok {
@@ -89,6 +86,19 @@ func prepareMountsWith(spec *specs.Spec, idmapUserns func(uids, gids []specs.Lin
 		p.childFDs[i] = syncFD + len(p.files)
 	}
 	return p, nil
+}
+
+// idmapped lists the indexes of the Spec's mounts that the parent
+// prepares as idmapped trees. Their fds follow the sync socket in the
+// child in this order: syncFD+1, syncFD+2, ...
+func idmapped(spec *specs.Spec) []int {
+	var out []int
+	for i := range spec.Mounts {
+		if m := &spec.Mounts[i]; len(m.UIDMappings) > 0 || len(m.GIDMappings) > 0 {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // idmapUserns returns an fd of a user namespace with the given maps, owned

@@ -47,20 +47,20 @@ func DiscardPrestart() {
 	}
 }
 
+// killPrestart kills an early init that is not to be adopted. It is
+// reaped off the spawn's path: its namespaces are torn down in its exit,
+// before it can be reaped (about a millisecond of mounts here), and the
+// spawn has no use for it after.
 func killPrestart(pre cinit.Prestart) {
 	_ = unix.Kill(pre.Pid, unix.SIGKILL)
 	_ = unix.Close(pre.Sock)
-	reapChild(pre.Pid)
-}
-
-// reapChild waits for a killed child. Its namespaces are torn down in its exit,
-// before it can be reaped: about a millisecond of mounts here.
-func reapChild(pid int) {
-	for {
-		if _, err := unix.Wait4(pid, nil, 0, nil); !errors.Is(err, unix.EINTR) {
-			return
+	go func() {
+		for {
+			if _, err := unix.Wait4(pre.Pid, nil, 0, nil); !errors.Is(err, unix.EINTR) {
+				return
+			}
 		}
-	}
+	}()
 }
 
 // prestartImage is the image of the plan startC would run for spec, with
@@ -72,17 +72,15 @@ func prestartImage(cfg *Config, spec *specs.Spec, pre cinit.Prestart) ([]byte, e
 			return nil, errors.New("nsinit: prestart needs the process's own stdio")
 		}
 	}
+	// The trees prepareMountsWith would make, numbered as it numbers them.
 	prep := &preparedMounts{childFDs: map[int]int{}}
 	var preps []cinit.Prep
-	for i := range spec.Mounts {
+	for k, i := range idmapped(spec) {
 		m := &spec.Mounts[i]
-		if len(m.UIDMappings) == 0 && len(m.GIDMappings) == 0 {
-			continue
-		}
 		if len(m.UIDMappings) == 0 || len(m.GIDMappings) == 0 {
 			return nil, errors.New("nsinit: prestart needs both maps of an idmapped mount")
 		}
-		fd := syncFD + len(preps) + 1
+		fd := syncFD + 1 + k
 		preps = append(preps, cinit.Prep{
 			Source: m.Source, UIDMap: formatIDMap(m.UIDMappings), GIDMap: formatIDMap(m.GIDMappings),
 			Attr: mounts.Attrs(m.Options) | unix.MOUNT_ATTR_IDMAP, Recursive: mounts.Recursive(m.Options), FDIndex: fd,
@@ -154,11 +152,7 @@ func takePrestart(cfg *Config, spec *specs.Spec, awaitProg func() (*seccomp.Prog
 			}
 			ierr = err
 		} else {
-			// Reaped off the spawn's path: the spawn does not wait for the
-			// unused sandbox's teardown. It has no use for the child after.
-			_ = unix.Kill(pre.Pid, unix.SIGKILL)
-			_ = unix.Close(pre.Sock)
-			go reapChild(pre.Pid)
+			killPrestart(pre)
 		}
 		r.outcome = PrestartMismatch
 	}
@@ -187,7 +181,10 @@ func adoptPrestart(cfg *Config, pre cinit.Prestart, awaitProg func() (*seccomp.P
 		return nil, errNotAdoptable
 	}
 	p := &Process{pid: pre.Pid, sock: os.NewFile(uintptr(pre.Sock), "sync-parent"), waited: make(chan struct{}), inCgroup: true, prestart: PrestartHit}
-	go p.waitAdopted()
+	// Its parent death signal follows the main thread, which lives as long
+	// as the process: no locked thread has to wait for it.
+	proc, err := os.FindProcess(p.pid)
+	go p.awaitExit(proc, err, nil)
 	prog, err := awaitProg()
 	if err != nil {
 		p.Kill()
@@ -211,19 +208,6 @@ func adoptPrestart(cfg *Config, pre cinit.Prestart, awaitProg func() (*seccomp.P
 	p.prog, p.onViolation = prog, cfg.OnViolation
 	werr := unix.Sendmsg(pre.Sock, release, oob, nil, 0)
 	return p.awaitStarted(werr)
-}
-
-// waitAdopted is runC's wait for an init this thread did not clone: its
-// parent death signal follows the main thread, which lives as long as the
-// process.
-func (p *Process) waitAdopted() {
-	proc, err := os.FindProcess(p.pid)
-	if err == nil {
-		p.state, p.err = proc.Wait()
-	} else {
-		p.err = err
-	}
-	close(p.waited)
 }
 
 // cacheImage stores img where the constructor of the next spawn with the

@@ -129,6 +129,9 @@ type Plan struct {
 // the child has been reaped: the child's parent death signal fires when the
 // thread that cloned the child exits.
 func Start(p *Plan) (int, error) {
+	if len(p.Argv) == 0 {
+		return 0, errors.New("cinit: no command")
+	}
 	strs, err := p.validate()
 	if err != nil {
 		return 0, err
@@ -197,11 +200,10 @@ func UsernsHolder(pipeRead int) (pid int, reaped func(), err error) {
 	return int(r), func() { _ = unix.Munmap(stack) }, nil
 }
 
-// validate checks the plan and returns every string it holds.
+// validate checks the plan (but for its command, which an image leaves
+// out) and returns every string it holds.
 func (p *Plan) validate() ([]string, error) {
 	switch {
-	case len(p.Argv) == 0:
-		return nil, errors.New("cinit: no command")
 	case len(p.FDs) < 4 || p.SyncFD < 3 || p.SyncFD >= len(p.FDs):
 		return nil, errors.New("cinit: fds must hold stdio and the sync socket")
 	case len(p.TaskFDs) > 64:
@@ -338,11 +340,13 @@ func (b *builder) plan(p *Plan) (*C.struct_ar_plan, error) {
 		root_readonly:    cbool(p.RootReadonly),
 		loopback:         cbool(p.Loopback),
 		cwd:              b.str(p.Cwd),
-		argv:             b.strs(p.Argv),
 		envp:             b.strs(p.Env),
 		path:             b.str(p.Path),
 		no_new_privs:     cbool(p.NoNewPrivs),
 		keep_caps:        [2]C.uint32_t{C.uint32_t(p.KeepCaps), C.uint32_t(p.KeepCaps >> 32)},
+	}
+	if len(p.Argv) > 0 {
+		cp.argv = b.strs(p.Argv)
 	}
 	if tf := alloc[C.int](b, len(p.TaskFDs)); tf != nil {
 		for i, fd := range p.TaskFDs {

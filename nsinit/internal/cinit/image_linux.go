@@ -105,7 +105,7 @@ func Image(p *Plan, preps []Prep, ids IDMaps, key []byte, exe Exe) ([]byte, erro
 		return nil, errors.New("cinit: more than 16 prepared trees")
 	}
 	q := *p
-	q.Argv = []string{"-"} // validate wants a command; the image has none
+	q.Argv = nil // the command comes from the starter's command line
 	strs, err := q.validate()
 	if err != nil {
 		return nil, err
@@ -134,10 +134,6 @@ func Image(p *Plan, preps []Prep, ids IDMaps, key []byte, exe Exe) ([]byte, erro
 	if err != nil {
 		return nil, err
 	}
-	// The placeholder command goes; its array's slot would otherwise keep
-	// an address of this process.
-	*cp.argv = nil
-	cp.argv = nil
 	*h = C.struct_ar_image{
 		magic:          C.AR_IMAGE_MAGIC,
 		version:        1,
