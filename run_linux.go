@@ -74,14 +74,18 @@ func Run(ctx context.Context, p *Policy, opts Options) (*Result, error) {
 // host or caller cannot enforce fail closed; without requested limits a
 // default pids limit applies wherever cgroups are usable, and the sandbox
 // runs without a cgroup (reported as limits "none") where they are not.
-func sandboxCgroup(spec *specs.Spec) (*cgroups.Cgroup, error) {
+//
+// limitsOnly: nothing reads the usage, and the kernel ends the sandbox
+// through its PID namespace, so a v1 sandbox needs only the hierarchies
+// that enforce its limits (cgroups.Options.LimitsOnly).
+func sandboxCgroup(spec *specs.Spec, limitsOnly bool) (*cgroups.Cgroup, error) {
 	var requested *specs.LinuxResources
 	if spec.Linux != nil {
 		requested = spec.Linux.Resources
 	}
 	// The holder keeps a rootless caller's transient systemd scope alive
 	// (see cgroups/scope_linux.go).
-	mgr, err := cgroups.NewManager(cgroups.Options{ScopeHolder: nsinit.HoldCommand})
+	mgr, err := cgroups.NewManager(cgroups.Options{ScopeHolder: nsinit.HoldCommand, LimitsOnly: limitsOnly})
 	if err != nil {
 		if requested != nil {
 			return nil, err
@@ -105,6 +109,15 @@ func sandboxCgroup(spec *specs.Spec) (*cgroups.Cgroup, error) {
 	return cg, err
 }
 
+// memoryLimited: the spec sets a memory limit, whose OOM kills Stats tells.
+func memoryLimited(spec *specs.Spec) bool {
+	if spec.Linux == nil || spec.Linux.Resources == nil || spec.Linux.Resources.Memory == nil {
+		return false
+	}
+	l := spec.Linux.Resources.Memory.Limit
+	return l != nil && *l > 0
+}
+
 func syscallViolation(e seccomp.Event) Violation {
 	return Violation{Kind: "syscall", Name: e.Name, Detail: e.Detail, Suggestion: e.Suggestion}
 }
@@ -120,7 +133,7 @@ func RunSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 	}
 	madeCh := make(chan made, 1)
 	go func() {
-		cg, err := sandboxCgroup(spec)
+		cg, err := sandboxCgroup(spec, opts.SkipUsage && nsinit.HasNamespace(spec, specs.PIDNamespace))
 		if err != nil || cg == nil {
 			madeCh <- made{err: err}
 			return
@@ -240,9 +253,15 @@ func RunSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 		if cg.V2() {
 			res.Limits = "cgroup-v2"
 		}
-		if st, err := cg.Stats(); err == nil {
-			res.OOMKilled = st.OOMKilled
-			res.MemoryPeakBytes, res.CPUUsageUS, res.PidsPeak = st.MemoryPeakBytes, st.CPUUsageUS, st.PidsPeak
+		// Without a memory limit there is no OOM kill to tell, and
+		// SkipUsage leaves nothing else to read.
+		if !opts.SkipUsage || memoryLimited(spec) {
+			if st, err := cg.Stats(); err == nil {
+				res.OOMKilled = st.OOMKilled
+				if !opts.SkipUsage {
+					res.MemoryPeakBytes, res.CPUUsageUS, res.PidsPeak = st.MemoryPeakBytes, st.CPUUsageUS, st.PidsPeak
+				}
+			}
 		}
 	}
 	res.DurationMS = float64(time.Since(start).Microseconds()) / 1000

@@ -898,3 +898,60 @@ func BenchmarkCreateDelete(b *testing.B) {
 		}
 	}
 }
+
+// TestLimitsOnly: a LimitsOnly v1 sandbox is in the hierarchies that
+// enforce its limits and in no other, and the limit still holds there; a
+// default Manager joins the others too (the control).
+func TestLimitsOnly(t *testing.T) {
+	full := usableManager(t)
+	if full.lay.v2 != nil && !full.lay.useV1 {
+		t.Skip("cgroup v2: one hierarchy, LimitsOnly changes nothing (this host runs v2)")
+	}
+	lean, err := NewManager(Options{StateDir: t.TempDir(), Parent: fmt.Sprintf("agentrun-test-%d-lean", os.Getpid()), ScopeHolder: testHolder, LimitsOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := resourcesFor(limits{pids: 16})
+	all := create(t, full, "limits-full", res)
+	if len(all.Paths()) < 2 {
+		t.Skipf("only %d usable v1 hierarchy here (%v): nothing to leave out", len(all.Paths()), all.Paths())
+	}
+	cg := create(t, lean, "limits-only", res)
+	if len(cg.Paths()) != 1 {
+		t.Fatalf("LimitsOnly with a pids limit: %d hierarchies %v, want the pids one alone", len(cg.Paths()), cg.Paths())
+	}
+	if _, ok := cg.dir(Pids); !ok {
+		t.Fatalf("LimitsOnly left out the pids hierarchy: %v", cg.Paths())
+	}
+	if got := readCg(t, cg, Pids, "pids.max"); got != "16" {
+		t.Errorf("pids.max = %q, want 16", got)
+	}
+	pidsDir, _ := cg.dir(Pids)
+	for _, ctl := range []string{CPUAcct, Freezer, Memory, CPU} {
+		if d, ok := cg.dir(ctl); ok && d != pidsDir {
+			t.Errorf("LimitsOnly joined %s at %s", ctl, d)
+		}
+	}
+	s := startIn(t, cg, helper("hold"), false)
+	self, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", s.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(self)), "\n") {
+		if strings.HasSuffix(line, "/limits-only") {
+			in++
+			if f := strings.SplitN(line, ":", 3); len(f) != 3 || !slices.Contains(strings.Split(f[1], ","), Pids) {
+				t.Errorf("LimitsOnly process is in a hierarchy without a limit: %s", line)
+			}
+		}
+	}
+	if in != 1 {
+		t.Errorf("LimitsOnly process is in %d sandbox hierarchies, want 1:\n%s", in, self)
+	}
+	s.go_(t)
+	if err := s.wait(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, lean, cg)
+}

@@ -50,6 +50,15 @@ type Options struct {
 	// stdin reaches EOF, e.g. nsinit.HoldCommand. Without it no scope is
 	// made and such callers get the fail-closed error.
 	ScopeHolder func() *exec.Cmd
+	// LimitsOnly makes a cgroup v1 sandbox join only the hierarchies whose
+	// controllers enforce its limits. By default it joins every usable
+	// one: cpuacct and memory for Stats, freezer for Kill. Each hierarchy
+	// costs a mkdir and an rmdir per sandbox (with its parent, when no
+	// other sandbox runs); a caller that reads no usage and kills through
+	// a PID namespace pays for none of that. Stats then reports what the
+	// joined hierarchies count, and Kill signals without freezing. No
+	// effect on cgroup v2, which is one hierarchy, or without limits.
+	LimitsOnly bool
 }
 
 // Manager creates sandbox cgroups on this host for this caller. It detects
@@ -66,6 +75,7 @@ type Manager struct {
 	sdEndpoints []sdbus.Endpoint
 	sdTimeout   time.Duration
 	holder      func() *exec.Cmd
+	limitsOnly  bool
 }
 
 // owner identifies a runtime process across pid reuse.
@@ -115,6 +125,7 @@ func NewManager(opts Options) (*Manager, error) {
 		m.stateDir = defaultStateDir(m.euid)
 	}
 	m.holder = opts.ScopeHolder
+	m.limitsOnly = opts.LimitsOnly
 	m.sdTimeout = opts.SystemdTimeout
 	if m.sdTimeout <= 0 {
 		m.sdTimeout = DefaultSystemdTimeout
@@ -199,6 +210,9 @@ func (m *Manager) planV1(req []string) (plan, error) {
 				}
 			}
 			m.log.Debug("cgroups: skipping v1 hierarchy", "controllers", h.controllers, "reason", why.Msg)
+			continue
+		}
+		if m.limitsOnly && len(req) > 0 && !slices.ContainsFunc(req, h.has) {
 			continue
 		}
 		p.dirs = append(p.dirs, planDir{base: h.caller, controllers: h.controllers})

@@ -96,6 +96,8 @@ func spawn(args []string, stderr io.Writer) int {
 	ropts := agentrun.Options{
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Signals: sigs,
 		Warn: func(m string) { fmt.Fprintf(stderr, "agentrun: warning: %s\n", m) },
+		// Only --result shows usage figures.
+		SkipUsage: opts.result == "",
 	}
 	if opts.verbose {
 		ropts.OnViolation = func(v agentrun.Violation) {
