@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -595,4 +596,69 @@ func testPrestart(t *testing.T, base spawnCfg, uid, gid int, stateRoot string) {
 	if backRes.Prestart != "hit" || back.stdout != ref.stdout {
 		t.Errorf("workspace back: prestart %q (want hit), same sandbox as the reference: %v", backRes.Prestart, back.stdout == ref.stdout)
 	}
+}
+
+// TestPrestartKilledEarly: SIGKILL to the CLI at any point of a hit (while
+// its starter process clones the init, while the init builds the root,
+// after the command started) leaves no starter, init or command behind.
+func TestPrestartKilledEarly(t *testing.T) {
+	cfg := prestartCaller(t)
+	dir := tempDir(t)
+	res := filepath.Join(dir, "result.json")
+	cfg.ws = newWorkspace(t)
+	cfg.flags = []string{"--result", res}
+	warmPrestart(t, cfg, res, "warm-up")
+	for _, delay := range []time.Duration{0, 200 * time.Microsecond, 500 * time.Microsecond, time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond, 8 * time.Millisecond, 30 * time.Millisecond} {
+		m := fmt.Sprintf("334.%06d", time.Now().UnixNano()%1000000)
+		run := startSpawn(t, cfg, "/bin/sleep", m)
+		time.Sleep(delay)
+		if err := syscall.Kill(run.pid(), syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		r := run.wait()
+		mustExit(t, r, 128+int(syscall.SIGKILL), fmt.Sprintf("agentrun killed after %v", delay))
+		mustNotSurvive(t, fmt.Sprintf("agentrun killed after %v", delay), m)
+		if left := orphanInits(); len(left) > 0 {
+			deadline := time.Now().Add(3 * time.Second)
+			for time.Now().Before(deadline) && len(orphanInits()) > 0 {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if left := orphanInits(); len(left) > 0 {
+				t.Errorf("agentrun killed after %v: inits without their agentrun survived: %v", delay, left)
+			}
+		}
+	}
+}
+
+// orphanInits lists live processes named agentrun-init whose parent is not
+// an agentrun CLI: an init outlives its CLI only by a bug. Zombies are
+// dead; reaping them is the job of the host's PID 1, which here can take
+// a second.
+func orphanInits() []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		s := string(b)
+		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || end < open || s[open+1:end] != "agentrun-init" {
+			continue
+		}
+		f := strings.Fields(s[end+1:])
+		if len(f) < 2 || f[0] == "Z" || f[0] == "X" {
+			continue
+		}
+		parent, err := os.ReadFile(filepath.Join("/proc", f[1], "comm"))
+		if err != nil || strings.TrimSpace(string(parent)) != "agentrun" {
+			out = append(out, e.Name()+" (state "+f[0]+", parent "+f[1]+")")
+		}
+	}
+	return out
 }

@@ -1703,7 +1703,9 @@ static int mark_heap(const struct ar_plan *p, int advice)
  * CLONE_INTO_CGROUP; clone(2) is the fallback where clone3 is filtered. */
 static long clone_child(uint64_t flags, int cgroup_fd)
 {
-	struct clone_args ca = {.flags = flags, .exit_signal = SIGCHLD};
+	/* A CLONE_PARENT child (prestart's starter) takes its exit signal
+	 * from the caller, SIGCHLD; clone3 refuses to be told. */
+	struct clone_args ca = {.flags = flags, .exit_signal = flags & CLONE_PARENT ? 0 : SIGCHLD};
 	if (cgroup_fd >= 0) {
 		ca.flags |= CLONE_INTO_CGROUP;
 		ca.cgroup = (uint64_t)cgroup_fd;

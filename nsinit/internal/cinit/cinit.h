@@ -193,11 +193,13 @@ enum {
 	AR_PRESTART_OFF = 0,     /* not the CLI's spawn, or disabled */
 	AR_PRESTART_MISS = 1,    /* no usable image: key and path are set */
 	AR_PRESTART_STARTED = 2, /* an init runs from the image */
+	AR_PRESTART_STARTING = 3, /* internal: the starter has not reported yet */
 };
 
 struct ar_prestart {
 	int state;
 	int pid, sock;  /* STARTED: the init and the parent's end of its sync socket */
+	int starter, starter_fd; /* STARTING: the starter process and its report pipe */
 	const unsigned char *image; /* STARTED: the image as read, before relocation */
 	uint64_t image_len;
 	char *const *argv; /* the command after the first "--" (STARTED: the init's) */

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -411,6 +412,8 @@ static int read_all(int fd, unsigned char *buf, size_t n)
 	return 0;
 }
 
+static _Noreturn void start_init(const struct ar_image *h, struct ar_plan *p, int sv[2], int out, pid_t parent);
+
 void ar_prestart(int argc, char **argv, char **envp)
 {
 	(void)envp;
@@ -466,10 +469,10 @@ void ar_prestart(int argc, char **argv, char **envp)
 		if (pf && key_add_file(&klen, pf) < 0)
 			return;
 	}
-	int trees[16], ntrees = 0, sv[2] = {-1, -1}, pid = -1;
+	int sv[2] = {-1, -1};
 	if (key_add_env(&klen) < 0)
 		return;
-	char dir[PATH_MAX - 32], pp[64];
+	char dir[PATH_MAX - 32];
 	if (cache_dir(dir, sizeof dir, euid) < 0)
 		return;
 	char name[24];
@@ -540,47 +543,44 @@ void ar_prestart(int argc, char **argv, char **envp)
 	av[argc - dd - 1] = NULL;
 	p->argv = av;
 
-	int *fds = (int *)p->fds;
-	for (; ntrees < h->nprep; ntrees++) {
-		trees[ntrees] = prep_tree(&h->prep[ntrees]);
-		if (trees[ntrees] < 0)
-			goto close_trees;
-		fds[h->prep[ntrees].fd_index] = trees[ntrees];
-	}
-	for (int i = 3; i < p->nfds; i++)
-		if (i != p->sync_fd && p->fds[i] < 0)
-			goto close_trees;
 	/* Go replaces the SIGCHLD disposition when it starts; until then an
 	 * ignored one would have the kernel reap the early init on its death,
 	 * and its pid could be someone else's by the time Go kills it. */
 	struct sigaction chld;
 	if (sigaction(SIGCHLD, NULL, &chld) < 0)
-		goto close_trees;
+		goto unmap;
 	if (chld.sa_handler == SIG_IGN || (chld.sa_flags & SA_NOCLDWAIT)) {
 		struct sigaction dfl = {.sa_handler = SIG_DFL};
 		if (sigaction(SIGCHLD, &dfl, NULL) < 0)
-			goto close_trees;
+			goto unmap;
 	}
+	int pp[2];
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
-		goto close_trees;
-	fds[p->sync_fd] = sv[1];
-	pid = ar_start(p);
-	close(sv[1]);
-	if (pid < 0)
+		goto unmap;
+	if (pipe2(pp, O_CLOEXEC) < 0)
 		goto close_sock;
-	if ((h->setgroups && (proc_path(pp, sizeof pp, pid, "setgroups") < 0 || write_file(pp, h->setgroups) < 0)) ||
-	    (h->uid_map && (proc_path(pp, sizeof pp, pid, "uid_map") < 0 || write_file(pp, h->uid_map) < 0)) ||
-	    (h->gid_map && (proc_path(pp, sizeof pp, pid, "gid_map") < 0 || write_file(pp, h->gid_map) < 0)) ||
-	    send(sv[0], "g", 1, MSG_NOSIGNAL) != 1) {
-		kill(pid, SIGKILL);
-		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-			;
-		goto close_sock;
+	/* The rest (the idmapped trees, the clone with its namespaces, the id
+	 * maps) runs in a starter process while this one goes on to start Go:
+	 * on a hit it is about two milliseconds that would otherwise come
+	 * before the Go runtime's own start. A plain fork of this process,
+	 * which has no threads and little memory yet, is cheap. */
+	pid_t self = getpid();
+	long starter = syscall(SYS_clone, SIGCHLD, 0, NULL, NULL, 0);
+	if (starter == 0) {
+		close(pp[0]);
+		start_init(h, p, sv, pp[1], self);
 	}
-	for (int i = 0; i < ntrees; i++)
-		close(trees[i]);
-	result.state = AR_PRESTART_STARTED;
-	result.pid = pid;
+	close(sv[1]);
+	close(pp[1]);
+	if (starter < 0) {
+		close(pp[0]);
+		close(sv[0]);
+		goto unmap;
+	}
+	result.state = AR_PRESTART_STARTING;
+	result.pid = -1;
+	result.starter = (int)starter;
+	result.starter_fd = pp[0];
 	result.sock = sv[0];
 	result.image = mem;
 	result.image_len = len;
@@ -589,16 +589,97 @@ void ar_prestart(int argc, char **argv, char **envp)
 
 close_sock:
 	close(sv[0]);
-close_trees:
-	for (int i = 0; i < ntrees; i++)
-		close(trees[i]);
+	close(sv[1]);
 unmap:
 	munmap(mem, total);
+}
+
+/* The starter's one message to the constructor's process. */
+struct started {
+	int pid; /* the init (a child of the constructor's process), or -1 */
+	int ok;  /* its maps are written and it got "g" */
+};
+
+static void report_started(int fd, int pid, int ok)
+{
+	struct started m = {.pid = pid, .ok = ok};
+	while (write(fd, &m, sizeof m) < 0 && errno == EINTR)
+		;
+}
+
+/* start_init runs in the starter: it makes the idmapped trees, clones the
+ * init as a sibling (CLONE_PARENT: the init is the constructor process's
+ * child, which waits for it, and its parent death signal follows that
+ * process's main thread), writes its id maps, lets it go and reports. */
+static _Noreturn void start_init(const struct ar_image *h, struct ar_plan *p, int sv[2], int out, pid_t parent)
+{
+	int trees[16], pid = -1;
+	char pp[64];
+	/* With the constructor's process gone, nobody is left to adopt or
+	 * kill what this would start. */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() != parent)
+		_exit(1);
+	int *fds = (int *)p->fds;
+	for (int i = 0; i < h->nprep; i++) {
+		trees[i] = prep_tree(&h->prep[i]);
+		if (trees[i] < 0)
+			goto fail;
+		fds[h->prep[i].fd_index] = trees[i];
+	}
+	for (int i = 3; i < p->nfds; i++)
+		if (i != p->sync_fd && p->fds[i] < 0)
+			goto fail;
+	fds[p->sync_fd] = sv[1];
+	p->clone_flags |= CLONE_PARENT;
+	pid = ar_start(p);
+	if (pid < 0)
+		goto fail;
+	if ((h->setgroups && (proc_path(pp, sizeof pp, pid, "setgroups") < 0 || write_file(pp, h->setgroups) < 0)) ||
+	    (h->uid_map && (proc_path(pp, sizeof pp, pid, "uid_map") < 0 || write_file(pp, h->uid_map) < 0)) ||
+	    (h->gid_map && (proc_path(pp, sizeof pp, pid, "gid_map") < 0 || write_file(pp, h->gid_map) < 0)) ||
+	    send(sv[0], "g", 1, MSG_NOSIGNAL) != 1)
+		goto fail;
+	report_started(out, pid, 1);
+	_exit(0);
+fail:
+	/* The init, if any, is the constructor's child: killed here, reaped
+	 * there. */
+	if (pid > 0)
+		kill(pid, SIGKILL);
+	report_started(out, pid, 0);
+	_exit(1);
 }
 
 struct ar_prestart ar_prestart_take(void)
 {
 	struct ar_prestart r = result;
 	result.state = AR_PRESTART_OFF;
+	if (r.state != AR_PRESTART_STARTING)
+		return r;
+	/* The starter is done by now, as a rule: it started with the process,
+	 * before the Go runtime. */
+	struct started m = {.pid = -1, .ok = 0};
+	ssize_t n;
+	do
+		n = read(r.starter_fd, &m, sizeof m);
+	while (n < 0 && errno == EINTR);
+	close(r.starter_fd);
+	while (waitpid(r.starter, NULL, 0) < 0 && errno == EINTR)
+		;
+	if (n == (ssize_t)sizeof m && m.ok && m.pid > 0) {
+		r.state = AR_PRESTART_STARTED;
+		r.pid = m.pid;
+		return r;
+	}
+	if (n == (ssize_t)sizeof m && m.pid > 0) {
+		kill(m.pid, SIGKILL);
+		while (waitpid(m.pid, NULL, 0) < 0 && errno == EINTR)
+			;
+	}
+	close(r.sock);
+	r.state = AR_PRESTART_MISS;
+	r.pid = r.sock = -1;
+	r.image = NULL;
+	r.image_len = 0;
 	return r;
 }
