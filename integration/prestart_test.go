@@ -602,12 +602,7 @@ func testPrestart(t *testing.T, base spawnCfg, uid, gid int, stateRoot string) {
 // its starter process clones the init, while the init builds the root,
 // after the command started) leaves no starter, init or command behind.
 func TestPrestartKilledEarly(t *testing.T) {
-	cfg := prestartCaller(t)
-	dir := tempDir(t)
-	res := filepath.Join(dir, "result.json")
-	cfg.ws = newWorkspace(t)
-	cfg.flags = []string{"--result", res}
-	warmPrestart(t, cfg, res, "warm-up")
+	cfg := warmCaller(t)
 	for _, delay := range []time.Duration{0, 200 * time.Microsecond, 500 * time.Microsecond, time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond, 8 * time.Millisecond, 30 * time.Millisecond} {
 		m := fmt.Sprintf("334.%06d", time.Now().UnixNano()%1000000)
 		run := startSpawn(t, cfg, "/bin/sleep", m)
@@ -628,6 +623,18 @@ func TestPrestartKilledEarly(t *testing.T) {
 			}
 		}
 	}
+}
+
+// warmCaller is a prestartCaller with a workspace of its own whose plan
+// is cached: its next spawn is a hit.
+func warmCaller(t *testing.T) spawnCfg {
+	t.Helper()
+	cfg := prestartCaller(t)
+	res := filepath.Join(tempDir(t), "result.json")
+	cfg.ws = newWorkspace(t)
+	cfg.flags = []string{"--result", res}
+	warmPrestart(t, cfg, res, "warm-up")
+	return cfg
 }
 
 // orphanInits lists live processes named agentrun-init whose parent is not
@@ -661,4 +668,92 @@ func orphanInits() []string {
 		}
 	}
 	return out
+}
+
+// TestPrestartStarterKilled: the starter killed after it cloned the init
+// leaves the spawn working (it falls back) and leaves no init behind as an
+// unreaped child of the CLI while the sandbox runs.
+func TestPrestartStarterKilled(t *testing.T) {
+	cfg := warmCaller(t)
+	killed := 0
+	for attempt := 0; attempt < 30 && killed < 5; attempt++ {
+		run := startSpawn(t, cfg, "/bin/sleep", "0.4")
+		if starter := awaitStarter(run.pid(), 200*time.Millisecond); starter > 0 {
+			if syscall.Kill(starter, syscall.SIGKILL) == nil {
+				killed++
+			}
+		}
+		time.Sleep(200 * time.Millisecond) // the sandbox's sleep runs
+		if z := zombieChildren(run.pid()); len(z) > 0 {
+			t.Errorf("attempt %d: the CLI holds unreaped children %v while its sandbox runs", attempt, z)
+		}
+		mustExit(t, run.wait(), 0, fmt.Sprintf("attempt %d, starter killed", attempt))
+	}
+	if killed == 0 {
+		t.Skip("never caught the starter alive in 30 spawns; nothing was tested")
+	}
+}
+
+// awaitStarter returns the starter once it has cloned the init: the CLI's
+// child that is not in a PID namespace of its own, seen together with one
+// that is (the init).
+func awaitStarter(cli int, guard time.Duration) int {
+	deadline := time.Now().Add(guard)
+	for time.Now().Before(deadline) {
+		starter, init := 0, 0
+		for _, kid := range childrenOf(cli) {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", kid))
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				if f := strings.Fields(line); len(f) > 0 && f[0] == "NSpid:" {
+					if len(f) == 2 {
+						starter = kid
+					} else {
+						init = kid
+					}
+				}
+			}
+		}
+		if starter > 0 && init > 0 {
+			return starter
+		}
+	}
+	return 0
+}
+
+func childrenOf(pid int) []int {
+	var kids []int
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				kids = append(kids, n)
+			}
+		}
+	}
+	return kids
+}
+
+// zombieChildren lists the children of pid that are zombies.
+func zombieChildren(pid int) []int {
+	var z []int
+	for _, kid := range childrenOf(pid) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", kid))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		if end := strings.LastIndexByte(s, ')'); end > 0 {
+			if f := strings.Fields(s[end+1:]); len(f) > 0 && f[0] == "Z" {
+				z = append(z, kid)
+			}
+		}
+	}
+	return z
 }

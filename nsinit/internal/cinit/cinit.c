@@ -1703,8 +1703,11 @@ static int mark_heap(const struct ar_plan *p, int advice)
  * CLONE_INTO_CGROUP; clone(2) is the fallback where clone3 is filtered. */
 static long clone_child(uint64_t flags, int cgroup_fd)
 {
-	/* A CLONE_PARENT child (prestart's starter) takes its exit signal
-	 * from the caller, SIGCHLD; clone3 refuses to be told. */
+	/* A CLONE_PARENT child (the init prestart's starter clones as its
+	 * sibling) gets the starter's own exit signal, which is SIGCHLD (the
+	 * starter is a plain clone(SIGCHLD)); clone3 refuses to be told.
+	 * Another signal there would hide the init from a waitid without
+	 * __WALL. */
 	struct clone_args ca = {.flags = flags, .exit_signal = flags & CLONE_PARENT ? 0 : SIGCHLD};
 	if (cgroup_fd >= 0) {
 		ca.flags |= CLONE_INTO_CGROUP;

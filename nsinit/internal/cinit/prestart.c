@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include "cinit.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -24,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -42,6 +44,13 @@ extern const int ar_prestart_enabled __attribute__((weak));
 /* Written once by the constructor, before any other thread exists; handed
  * out once by ar_prestart_take. */
 static struct ar_prestart result;
+/* The image's mapping, unmapped by ar_prestart_take when the starter
+ * failed (the Go side copies it otherwise). */
+static void *image_map;
+static size_t image_map_len;
+/* The command as the caller's argv has it; result.argv moves to the
+ * init's copy, inside image_map, once an init is being started. */
+static char *const *cmd_argv;
 
 #define KEY_MAX 8192
 static char key_buf[KEY_MAX];
@@ -577,6 +586,9 @@ void ar_prestart(int argc, char **argv, char **envp)
 		close(sv[0]);
 		goto unmap;
 	}
+	image_map = mem;
+	image_map_len = total;
+	cmd_argv = result.argv;
 	result.state = AR_PRESTART_STARTING;
 	result.pid = -1;
 	result.starter = (int)starter;
@@ -594,11 +606,18 @@ unmap:
 	munmap(mem, total);
 }
 
-/* The starter's one message to the constructor's process. */
+/* The starter's messages to the constructor's process: the init's pid as
+ * soon as it exists (ok 0), so that the init can be killed and reaped
+ * whatever becomes of the starter, then ok 1 once its maps are written and
+ * it got "g". A failure before the clone sends pid -1. */
 struct started {
 	int pid; /* the init (a child of the constructor's process), or -1 */
-	int ok;  /* its maps are written and it got "g" */
+	int ok;
 };
+
+/* How long ar_prestart_take waits for each message: the starter's work
+ * takes milliseconds; one that was stopped must not hold the CLI. */
+#define STARTER_WAIT_MS 2000
 
 static void report_started(int fd, int pid, int ok)
 {
@@ -634,6 +653,7 @@ static _Noreturn void start_init(const struct ar_image *h, struct ar_plan *p, in
 	pid = ar_start(p);
 	if (pid < 0)
 		goto fail;
+	report_started(out, pid, 0);
 	if ((h->setgroups && (proc_path(pp, sizeof pp, pid, "setgroups") < 0 || write_file(pp, h->setgroups) < 0)) ||
 	    (h->uid_map && (proc_path(pp, sizeof pp, pid, "uid_map") < 0 || write_file(pp, h->uid_map) < 0)) ||
 	    (h->gid_map && (proc_path(pp, sizeof pp, pid, "gid_map") < 0 || write_file(pp, h->gid_map) < 0)) ||
@@ -643,11 +663,88 @@ static _Noreturn void start_init(const struct ar_image *h, struct ar_plan *p, in
 	_exit(0);
 fail:
 	/* The init, if any, is the constructor's child: killed here, reaped
-	 * there. */
+	 * there (which knows its pid from the first message). */
 	if (pid > 0)
 		kill(pid, SIGKILL);
-	report_started(out, pid, 0);
+	else
+		report_started(out, -1, 0);
 	_exit(1);
+}
+
+/* read_started reads one message; 0 on success, -1 on EOF, an error or
+ * the timeout. */
+static int read_started(int fd, struct started *m)
+{
+	struct pollfd pf = {.fd = fd, .events = POLLIN};
+	int r;
+	do
+		r = poll(&pf, 1, STARTER_WAIT_MS);
+	while (r < 0 && errno == EINTR);
+	if (r <= 0)
+		return -1;
+	ssize_t n;
+	do
+		n = read(fd, m, sizeof *m);
+	while (n < 0 && errno == EINTR);
+	return n == (ssize_t)sizeof *m ? 0 : -1;
+}
+
+/* read_text reads up to n-1 bytes of a small file (a /proc one) into buf,
+ * NUL-terminated; its length, or -1. */
+static ssize_t read_text(const char *path, char *buf, size_t n)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t r = read(fd, buf, n - 1);
+	close(fd);
+	if (r <= 0)
+		return -1;
+	buf[r] = 0;
+	return r;
+}
+
+/* in_own_pidns: pid is in a PID namespace below ours (NSpid lists more than
+ * one pid), as an init is. */
+static int in_own_pidns(int pid)
+{
+	char path[64], st[2048];
+	if (snprintf(path, sizeof path, "/proc/%d/status", pid) >= (int)sizeof path)
+		return 0;
+	ssize_t m = read_text(path, st, sizeof st);
+	char *ns = m > 0 ? strstr(st, "\nNSpid:") : NULL;
+	if (!ns)
+		return 0;
+	char *end = strchr(ns + 1, '\n');
+	int fields = 0;
+	for (char *c = ns + 7; c < (end ? end : st + m); c++)
+		if ((c[0] == ' ' || c[0] == '\t') && c[1] >= '0' && c[1] <= '9')
+			fields++;
+	return fields > 1;
+}
+
+/* lost_init finds an init the starter cloned but died before naming: a
+ * child of this process in a PID namespace of its own. Before Go's own
+ * spawn, no other child of ours is in one. */
+static int lost_init(void)
+{
+	char path[64], buf[4096];
+	int found = -1;
+	DIR *tasks = opendir("/proc/self/task");
+	if (!tasks)
+		return -1;
+	for (struct dirent *t; found < 0 && (t = readdir(tasks));) {
+		if (t->d_name[0] == '.' || snprintf(path, sizeof path, "/proc/self/task/%.16s/children", t->d_name) >= (int)sizeof path ||
+		    read_text(path, buf, sizeof buf) < 0)
+			continue;
+		for (char *tok = strtok(buf, " \n"); found < 0 && tok; tok = strtok(NULL, " \n")) {
+			int kid = atoi(tok);
+			if (kid > 0 && in_own_pidns(kid))
+				found = kid;
+		}
+	}
+	closedir(tasks);
+	return found;
 }
 
 struct ar_prestart ar_prestart_take(void)
@@ -658,25 +755,29 @@ struct ar_prestart ar_prestart_take(void)
 		return r;
 	/* The starter is done by now, as a rule: it started with the process,
 	 * before the Go runtime. */
-	struct started m = {.pid = -1, .ok = 0};
-	ssize_t n;
-	do
-		n = read(r.starter_fd, &m, sizeof m);
-	while (n < 0 && errno == EINTR);
+	struct started first = {.pid = -1}, second = {.pid = -1};
+	int ok = read_started(r.starter_fd, &first) == 0 && first.pid > 0 &&
+		 read_started(r.starter_fd, &second) == 0 && second.pid == first.pid && second.ok;
 	close(r.starter_fd);
+	if (!ok)
+		kill(r.starter, SIGKILL); /* stopped or stuck: it is done either way */
 	while (waitpid(r.starter, NULL, 0) < 0 && errno == EINTR)
 		;
-	if (n == (ssize_t)sizeof m && m.ok && m.pid > 0) {
+	if (ok) {
 		r.state = AR_PRESTART_STARTED;
-		r.pid = m.pid;
+		r.pid = first.pid;
 		return r;
 	}
-	if (n == (ssize_t)sizeof m && m.pid > 0) {
-		kill(m.pid, SIGKILL);
-		while (waitpid(m.pid, NULL, 0) < 0 && errno == EINTR)
+	/* The starter died between the clone and its first message. */
+	int init = first.pid > 0 ? first.pid : lost_init();
+	if (init > 0) {
+		kill(init, SIGKILL);
+		while (waitpid(init, NULL, 0) < 0 && errno == EINTR)
 			;
 	}
 	close(r.sock);
+	munmap(image_map, image_map_len);
+	r.argv = cmd_argv;
 	r.state = AR_PRESTART_MISS;
 	r.pid = r.sock = -1;
 	r.image = NULL;
