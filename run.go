@@ -35,8 +35,10 @@ type Options struct {
 	// (MemoryPeakBytes, CPUUsageUS, PidsPeak): they stay zero, and on a
 	// cgroup v1 host the sandbox joins only the hierarchies that enforce
 	// its limits (cgroups.Options.LimitsOnly), which takes about a
-	// millisecond off each spawn. Limits, OOMKilled and every isolation
-	// property are the same.
+	// millisecond off each spawn. Limits and every isolation property are
+	// the same, and so is the exit status. OOMKilled then reports kills by
+	// the sandbox's own memory limit only; one by an outer limit (the
+	// caller's cgroup) shows as the SIGKILL alone.
 	SkipUsage bool
 }
 
@@ -61,8 +63,9 @@ type Result struct {
 	// "cgroup-v1", or "none" when no cgroup could be used and none was
 	// requested.
 	Limits string `json:"limits,omitempty"`
-	// OOMKilled: the memory limit was hit and the kernel killed the
-	// command (ExitCode is then 137).
+	// OOMKilled: the kernel's OOM killer killed a process of the sandbox
+	// (the command itself when Signal is 9; ExitCode stays the command's
+	// own status either way).
 	OOMKilled       bool   `json:"oom_killed"`
 	MemoryPeakBytes uint64 `json:"memory_peak_bytes,omitempty"`
 	CPUUsageUS      uint64 `json:"cpu_usage_us,omitempty"`

@@ -71,9 +71,10 @@ func Run(ctx context.Context, p *Policy, opts Options) (*Result, error) {
 }
 
 // sandboxCgroup creates the sandbox's cgroup. Requested limits that this
-// host or caller cannot enforce fail closed; without requested limits a
-// default pids limit applies wherever cgroups are usable, and the sandbox
-// runs without a cgroup (reported as limits "none") where they are not.
+// host or caller cannot enforce fail closed. A default pids limit applies
+// unless the spec sets one; without requested limits it applies wherever
+// cgroups are usable, and the sandbox runs without a cgroup (reported as
+// limits "none") where they are not.
 //
 // limitsOnly: nothing reads the usage, and the kernel ends the sandbox
 // through its PID namespace, so a v1 sandbox needs only the hierarchies
@@ -94,10 +95,17 @@ func sandboxCgroup(spec *specs.Spec, limitsOnly bool) (*cgroups.Cgroup, error) {
 	}
 	// Leftovers of runtimes killed with SIGKILL; nothing to do is one ReadDir.
 	_, _ = mgr.Sweep()
+	// The default pids limit also applies next to the limits a policy sets
+	// (--memory alone must not leave fork bombs unbounded).
 	res := requested
-	if res == nil {
+	if res == nil || res.Pids == nil || res.Pids.Limit == nil || *res.Pids.Limit <= 0 {
+		var r specs.LinuxResources
+		if res != nil {
+			r = *res
+		}
 		limit := int64(cgroups.DefaultPidsLimit)
-		res = &specs.LinuxResources{Pids: &specs.LinuxPids{Limit: &limit}}
+		r.Pids = &specs.LinuxPids{Limit: &limit}
+		res = &r
 	}
 	var idb [8]byte
 	_, _ = rand.Read(idb[:])
@@ -253,8 +261,9 @@ func RunSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 		if cg.V2() {
 			res.Limits = "cgroup-v2"
 		}
-		// Without a memory limit there is no OOM kill to tell, and
-		// SkipUsage leaves nothing else to read.
+		// With SkipUsage only the sandbox's own memory limit is read for
+		// OOM kills: without one the sandbox is in no memory cgroup of
+		// its own, and an outer limit's kill shows as the signal alone.
 		if !opts.SkipUsage || memoryLimited(spec) {
 			if st, err := cg.Stats(); err == nil {
 				res.OOMKilled = st.OOMKilled
@@ -269,9 +278,6 @@ func RunSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 	case timedOut.Load():
 		res.TimedOut = true
 		res.ExitCode = ExitTimeout
-	case res.OOMKilled:
-		res.ExitCode = 128 + int(syscall.SIGKILL)
-		res.Signal = int(syscall.SIGKILL)
 	}
 	return res, nil
 }

@@ -1,10 +1,11 @@
+//go:build linux
+
 package integration
 
 import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,8 +26,9 @@ func needV1Root(t *testing.T) {
 
 // sandboxHierarchies starts a spawn with flags, waits until its command
 // runs and returns the lines of the init's /proc/PID/cgroup (read from the
-// host) that name a sandbox cgroup.
-func sandboxHierarchies(t *testing.T, flags []string) []string {
+// host) that name a sandbox cgroup; while the sandbox still runs, it
+// passes them to during, when set.
+func sandboxHierarchies(t *testing.T, flags []string, during func([]string)) []string {
 	t.Helper()
 	ws := tempDir(t)
 	r := startSpawn(t, spawnCfg{ws: ws, flags: flags}, "/bin/sh", "-c", "touch /workspace/up; exec sleep 30")
@@ -52,28 +54,16 @@ func sandboxHierarchies(t *testing.T, flags []string) []string {
 			in = append(in, line)
 		}
 	}
+	if during != nil {
+		during(in)
+	}
 	return in
 }
 
 // childOf returns the one child of pid (the sandbox's init).
 func childOf(t *testing.T, pid int) int {
 	t.Helper()
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var kids []int
-	for _, task := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
-		if err != nil {
-			continue
-		}
-		for _, f := range strings.Fields(string(b)) {
-			if n, err := strconv.Atoi(f); err == nil {
-				kids = append(kids, n)
-			}
-		}
-	}
+	kids := childrenOf(pid)
 	if len(kids) != 1 {
 		t.Fatalf("agentrun %d has children %v, want the init alone", pid, kids)
 	}
@@ -85,12 +75,12 @@ func childOf(t *testing.T, pid int) int {
 // with --result it joins every usable one, and the usage is reported.
 func TestUsageHierarchies(t *testing.T) {
 	needV1Root(t)
-	lean := sandboxHierarchies(t, nil)
+	lean := sandboxHierarchies(t, nil, nil)
 	if len(lean) != 1 || !strings.Contains(strings.SplitN(lean[0], ":", 3)[1], "pids") {
 		t.Errorf("without --result the sandbox is in %v, want the pids hierarchy alone", lean)
 	}
 	res := filepath.Join(tempDir(t), "result.json")
-	full := sandboxHierarchies(t, []string{"--result", res})
+	full := sandboxHierarchies(t, []string{"--result", res}, nil)
 	if len(full) < 2 {
 		t.Errorf("with --result the sandbox is in %v, want every usable hierarchy (cpuacct for the usage)", full)
 	}
@@ -118,5 +108,57 @@ func TestLimitsHoldWithoutResult(t *testing.T) {
 	r = spawn(t, spawnCfg{ws: tempDir(t), flags: []string{"--pids", "128"}}, "/bin/sh", "-c", bomb+"; kill $(jobs -p) 2>/dev/null; true")
 	if !strings.Contains(r.stdout, "forked 64") {
 		t.Errorf("control: the bomb script did not fork 64 under --pids 128\n%s", r)
+	}
+}
+
+// TestDefaultPidsNextToOtherLimits: --cpus or --memory without --pids must
+// keep the default pids limit (it used to apply only when no limit at all
+// was set), with and without --result.
+func TestDefaultPidsNextToOtherLimits(t *testing.T) {
+	needV1Root(t)
+	res := filepath.Join(tempDir(t), "result.json")
+	for _, flags := range [][]string{
+		{"--cpus", "1"},
+		{"--memory", "256M"},
+		{"--cpus", "1", "--result", res},
+	} {
+		var pidsMax string
+		sandboxHierarchies(t, flags, func(lines []string) {
+			for _, line := range lines {
+				f := strings.SplitN(line, ":", 3)
+				if len(f) == 3 && strings.Contains(","+f[1]+",", ",pids,") {
+					b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids", f[2], "pids.max"))
+					if err != nil {
+						t.Fatal(err)
+					}
+					pidsMax = strings.TrimSpace(string(b))
+				}
+			}
+		})
+		if pidsMax != "4096" {
+			t.Errorf("SANDBOX LIMIT: %v: pids.max %q, want the default 4096 (empty: in no pids cgroup)", flags, pidsMax)
+		}
+	}
+}
+
+// TestOOMKeepsCommandStatus: a process of the sandbox killed by the OOM
+// killer does not replace the command's own exit status, which the spawn
+// contract promises; the message says what was killed.
+func TestOOMKeepsCommandStatus(t *testing.T) {
+	if !isRoot() {
+		t.Skip("needs root: --memory needs a cgroup, which rootless v1 callers cannot get")
+	}
+	ws := newWorkspace(t)
+	for _, extra := range [][]string{nil, {"--result", filepath.Join(tempDir(t), "result.json")}} {
+		flags := append([]string{"--memory", "64M"}, extra...)
+		r := spawn(t, spawnCfg{ws: ws, flags: flags}, "/bin/sh", "-c", "/workspace/attacker alloc 512; exit 3")
+		if r.code != 3 || !strings.Contains(r.stderr, "a process in the sandbox was killed") {
+			t.Errorf("%v: want the command's exit 3 and a note that a process was OOM-killed\n%s", flags, r)
+		}
+		// The control: the command itself killed is 137, as any SIGKILL.
+		r = spawn(t, spawnCfg{ws: ws, flags: flags}, "/workspace/attacker", "alloc", "512")
+		if r.code != 137 || !strings.Contains(r.stderr, "memory limit of 67108864 bytes hit; the command was killed") {
+			t.Errorf("%v: want exit 137 and the memory-limit message\n%s", flags, r)
+		}
 	}
 }

@@ -115,7 +115,15 @@ func spawn(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "agentrun: timed out after %s; sandbox killed\n", time.Duration(opts.policy.Timeout))
 	}
 	if res.OOMKilled {
-		fmt.Fprintf(stderr, "agentrun: memory limit of %d bytes hit; the command was killed\n", opts.policy.Limits.Memory)
+		what := "the command was killed"
+		if res.Signal != int(syscall.SIGKILL) {
+			what = "a process in the sandbox was killed"
+		}
+		if m := opts.policy.Limits.Memory; m > 0 {
+			fmt.Fprintf(stderr, "agentrun: memory limit of %d bytes hit; %s\n", m, what)
+		} else {
+			fmt.Fprintf(stderr, "agentrun: out of memory; %s\n", what)
+		}
 	}
 	writeResult(opts, res, stderr)
 	return res.ExitCode
