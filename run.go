@@ -22,6 +22,11 @@ type Options struct {
 	Stderr io.Writer
 	// Signals, when set, are forwarded to the sandboxed command.
 	Signals <-chan os.Signal
+	// StartAfter, when set, holds the command's start until it is closed
+	// (or ctx is done); the sandbox is built meanwhile. The CLI closes it
+	// once its signal forwarding is in place, which it sets up in
+	// parallel with the spawn.
+	StartAfter <-chan struct{}
 	// Warn receives one-line warnings (clamped rlimits, weaker modes).
 	Warn func(msg string)
 	// OnViolation, when set, is called as soon as a policy violation is

@@ -108,3 +108,69 @@ func atoi(s string) int {
 	fmt.Sscan(s, &n)
 	return n
 }
+
+// TestStartAfter: the command does not start while Options.StartAfter is
+// open (the CLI hooks its signal forwarding meanwhile), it starts once it
+// is closed, and a context that ends first ends the spawn with nothing
+// run, under both inits.
+func TestStartAfter(t *testing.T) {
+	cache := &seccomp.Cache{}
+	for _, b := range []string{nsinit.BackendC, nsinit.BackendGo} {
+		t.Run(b, func(t *testing.T) {
+			t.Setenv(nsinit.BackendEnv, b)
+			ws := t.TempDir()
+			p := &Policy{Workspace: ws, Command: []string{"/bin/sh", "-c", "echo ran > /workspace/ran"}}
+			gate := make(chan struct{})
+			type ran struct {
+				res *Result
+				err error
+			}
+			done := make(chan ran, 1)
+			go func() {
+				res, err := Run(context.Background(), p, Options{SeccompCache: cache, StartAfter: gate})
+				done <- ran{res, err}
+			}()
+			// Not a timing assertion: however long the gate stays shut,
+			// nothing may run (the hang guard below is generous).
+			time.Sleep(300 * time.Millisecond)
+			if _, err := os.Stat(filepath.Join(ws, "ran")); err == nil {
+				t.Fatal("the command ran while StartAfter was open")
+			}
+			select {
+			case r := <-done:
+				t.Fatalf("Run returned while StartAfter was open: %+v %v", r.res, r.err)
+			default:
+			}
+			close(gate)
+			var r ran
+			select {
+			case r = <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("hang guard: Run did not return after StartAfter closed")
+			}
+			var se *SetupError
+			if errors.As(r.err, &se) && (se.Step == "user namespace" || se.Step == "clone") {
+				t.Skipf("no sandbox here: %v", r.err)
+			}
+			if r.err != nil || r.res.ExitCode != 0 {
+				t.Fatalf("after the gate: %+v %v", r.res, r.err)
+			}
+			if b, err := os.ReadFile(filepath.Join(ws, "ran")); err != nil || string(b) != "ran\n" {
+				t.Fatalf("the command did not run after the gate: %q %v", b, err)
+			}
+
+			// A context that ends while the gate is shut: an error, and
+			// nothing ran.
+			ws2 := t.TempDir()
+			p2 := &Policy{Workspace: ws2, Command: []string{"/bin/sh", "-c", "echo ran > /workspace/ran"}}
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			if res, err := Run(ctx, p2, Options{SeccompCache: cache, StartAfter: make(chan struct{})}); err == nil {
+				t.Fatalf("Run with a shut gate and an ended context succeeded: %+v", res)
+			}
+			if _, err := os.Stat(filepath.Join(ws2, "ran")); err == nil {
+				t.Fatal("the command ran although the gate never opened")
+			}
+		})
+	}
+}

@@ -35,6 +35,13 @@ func Run(ctx context.Context, p *Policy, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.StartAfter != nil {
+		select {
+		case <-opts.StartAfter:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	fin, err := darwin.Exec(ctx, *launch)
 	if err != nil {
 		var sf *darwin.SetupFailure

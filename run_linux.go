@@ -117,6 +117,19 @@ func sandboxCgroup(spec *specs.Spec, limitsOnly bool) (*cgroups.Cgroup, error) {
 	return cg, err
 }
 
+// awaitStartAfter waits for Options.StartAfter (nil: nothing to wait for).
+func awaitStartAfter(ctx context.Context, c <-chan struct{}) error {
+	if c == nil {
+		return nil
+	}
+	select {
+	case <-c:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // memoryLimited: the spec sets a memory limit, whose OOM kills Stats tells.
 func memoryLimited(spec *specs.Spec) bool {
 	if spec.Linux == nil || spec.Linux.Resources == nil || spec.Linux.Resources.Memory == nil {
@@ -181,7 +194,12 @@ func RunSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 				opts.OnViolation(syscallViolation(e))
 			}
 		},
+		// Every start path asks for the placement before it lets the
+		// command start, so StartAfter is waited for here too.
 		CgroupReady: func() (*nsinit.CgroupPlacement, error) {
+			if err := awaitStartAfter(ctx, opts.StartAfter); err != nil {
+				return nil, err
+			}
 			m := cgroup()
 			if m.err != nil {
 				return nil, m.err
