@@ -723,10 +723,24 @@ static int in_own_pidns(int pid)
 	return fields > 1;
 }
 
+/* start_time is field 22 of /proc/PID/stat (clock ticks since boot), or
+ * 0. */
+static unsigned long long start_time(int pid)
+{
+	char path[64], st[1024];
+	if (snprintf(path, sizeof path, "/proc/%d/stat", pid) >= (int)sizeof path || read_text(path, st, sizeof st) < 0)
+		return 0;
+	char *p = strrchr(st, ')'); /* comm may hold spaces */
+	for (int field = 2; p && field < 22; field++)
+		p = strchr(p + 1, ' ');
+	return p ? strtoull(p + 1, NULL, 10) : 0;
+}
+
 /* lost_init finds an init the starter cloned but died before naming: a
- * child of this process in a PID namespace of its own. Before Go's own
- * spawn, no other child of ours is in one. */
-static int lost_init(void)
+ * child of this process in a PID namespace of its own, started no earlier
+ * than the starter (a child this process had before its exec is older).
+ * Before Go's own spawn, no other child of ours is in one. */
+static int lost_init(unsigned long long since)
 {
 	char path[64], buf[4096];
 	int found = -1;
@@ -739,7 +753,7 @@ static int lost_init(void)
 			continue;
 		for (char *tok = strtok(buf, " \n"); found < 0 && tok; tok = strtok(NULL, " \n")) {
 			int kid = atoi(tok);
-			if (kid > 0 && in_own_pidns(kid))
+			if (kid > 0 && in_own_pidns(kid) && since > 0 && start_time(kid) >= since)
 				found = kid;
 		}
 	}
@@ -759,6 +773,7 @@ struct ar_prestart ar_prestart_take(void)
 	int ok = read_started(r.starter_fd, &first) == 0 && first.pid > 0 &&
 		 read_started(r.starter_fd, &second) == 0 && second.pid == first.pid && second.ok;
 	close(r.starter_fd);
+	unsigned long long since = ok || first.pid > 0 ? 0 : start_time(r.starter);
 	if (!ok)
 		kill(r.starter, SIGKILL); /* stopped or stuck: it is done either way */
 	while (waitpid(r.starter, NULL, 0) < 0 && errno == EINTR)
@@ -769,7 +784,7 @@ struct ar_prestart ar_prestart_take(void)
 		return r;
 	}
 	/* The starter died between the clone and its first message. */
-	int init = first.pid > 0 ? first.pid : lost_init();
+	int init = first.pid > 0 ? first.pid : lost_init(since);
 	if (init > 0) {
 		kill(init, SIGKILL);
 		while (waitpid(init, NULL, 0) < 0 && errno == EINTR)
