@@ -597,6 +597,8 @@ func TestSweepAfterSIGKILL(t *testing.T) {
 	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
 
 	rt := helper("orphaner", "AGENTRUN_CGTEST_STATE="+m.stateDir, "AGENTRUN_CGTEST_PARENT="+m.parent)
+	var stderr bytes.Buffer
+	rt.Stderr = &stderr
 	out, err := rt.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -610,11 +612,16 @@ func TestSweepAfterSIGKILL(t *testing.T) {
 		line <- l
 	}()
 	var l string
+	// A hang guard, not a timing assertion: on a rootless v2 host the
+	// helper's scope takes a few systemd conversations of up to
+	// DefaultSystemdTimeout each, and an emulated VM whose user manager
+	// is still stopping the scopes of earlier tests is slow.
 	select {
 	case l = <-line:
-	case <-time.After(10 * time.Second):
+	case <-time.After(6 * DefaultSystemdTimeout):
 		rt.Process.Kill()
-		t.Fatal("the runtime helper did not report")
+		rt.Wait()
+		t.Fatalf("the runtime helper did not report; its stderr:\n%s", stderr.String())
 	}
 	var pid int
 	var paths string
