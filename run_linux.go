@@ -109,10 +109,16 @@ func sandboxCgroup(spec *specs.Spec, limitsOnly bool) (*cgroups.Cgroup, error) {
 	}
 	var idb [8]byte
 	_, _ = rand.Read(idb[:])
-	cg, err := mgr.Create(fmt.Sprintf("sbx-%d-%s", os.Getpid(), hex.EncodeToString(idb[:])), res)
+	id := fmt.Sprintf("sbx-%d-%s", os.Getpid(), hex.EncodeToString(idb[:]))
+	cg, err := mgr.Create(id, res)
 	var unusable *cgroups.UnusableError
-	if err != nil && requested == nil && errors.As(err, &unusable) {
-		return nil, nil
+	if err != nil && errors.As(err, &unusable) && res != requested {
+		// The default cannot apply here (no usable pids controller):
+		// what was requested still must, and nothing else.
+		if requested == nil {
+			return nil, nil
+		}
+		return mgr.Create(id, requested)
 	}
 	return cg, err
 }
