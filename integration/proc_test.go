@@ -45,7 +45,9 @@ func TestHostProcessesInvisible(t *testing.T) {
 	}
 
 	// Positive control: pidscan finds processes that are in the sandbox.
-	r = sh(t, ws, nil, "/workspace/attacker sleep 30 & exec /workspace/attacker pidscan 'attacker sleep'")
+	// The shell waits until its background child has exec'd (before that,
+	// or in the middle of the exec, its cmdline is not the marker).
+	r = sh(t, ws, nil, "/workspace/attacker sleep 30 & until tr '\\0' ' ' < /proc/$!/cmdline | grep -q 'attacker sleep'; do :; done; exec /workspace/attacker pidscan 'attacker sleep'")
 	mustSucceed(t, r, "pidscan of a process inside the sandbox")
 	r = sh(t, ws, nil, "sleep 30 & kill -0 $! && kill $! && echo SIGNALLED")
 	if !strings.Contains(r.stdout, "SIGNALLED") {
