@@ -702,22 +702,44 @@ func awaitStarter(cli int, guard time.Duration) int {
 	for time.Now().Before(deadline) {
 		starter, init := 0, 0
 		for _, kid := range childrenOf(cli) {
-			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", kid))
-			if err != nil {
-				continue
-			}
-			for _, line := range strings.Split(string(b), "\n") {
-				if f := strings.Fields(line); len(f) > 0 && f[0] == "NSpid:" {
-					if len(f) == 2 {
-						starter = kid
-					} else {
-						init = kid
-					}
-				}
+			switch n := nsPids(kid); {
+			case n == 1:
+				starter = kid
+			case n > 1:
+				init = kid
 			}
 		}
 		if starter > 0 && init > 0 {
 			return starter
+		}
+	}
+	return 0
+}
+
+// awaitChild returns the first child of cli whose NSpid count satisfies
+// want, polling until guard.
+func awaitChild(cli int, guard time.Duration, want func(nspids int) bool) int {
+	deadline := time.Now().Add(guard)
+	for time.Now().Before(deadline) {
+		for _, kid := range childrenOf(cli) {
+			if n := nsPids(kid); n > 0 && want(n) {
+				return kid
+			}
+		}
+	}
+	return 0
+}
+
+// nsPids is the number of pids on pid's NSpid line (1: our PID namespace
+// only), or 0.
+func nsPids(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == "NSpid:" {
+			return len(f) - 1
 		}
 	}
 	return 0
@@ -756,4 +778,42 @@ func zombieChildren(pid int) []int {
 		}
 	}
 	return z
+}
+
+// TestPrestartStarterStopped: a starter stopped (SIGSTOP) at any point
+// cannot hold the CLI, not even while signals keep interrupting its wait
+// (each would have restarted a per-call timeout).
+func TestPrestartStarterStopped(t *testing.T) {
+	cfg := warmCaller(t)
+	stopped := 0
+	for attempt := 0; attempt < 30 && stopped < 3; attempt++ {
+		run := startSpawn(t, cfg, "/bin/true")
+		starter := awaitChild(run.pid(), 200*time.Millisecond, func(nspids int) bool { return nspids == 1 })
+		if starter <= 0 || syscall.Kill(starter, syscall.SIGSTOP) != nil {
+			run.wait()
+			continue
+		}
+		stopped++
+		// SIGWINCH, which the CLI forwards and the command ignores, until
+		// the CLI is done; the hang guard is generous and no timing claim.
+		guard := time.After(20 * time.Second)
+	poke:
+		for {
+			select {
+			case <-run.done:
+				break poke
+			case <-guard:
+				t.Errorf("attempt %d: a stopped starter held the CLI for 20 s", attempt)
+				break poke
+			case <-time.After(50 * time.Millisecond):
+				_ = syscall.Kill(run.pid(), syscall.SIGWINCH)
+			}
+		}
+		_ = syscall.Kill(starter, syscall.SIGKILL)
+		_ = syscall.Kill(starter, syscall.SIGCONT)
+		mustExit(t, run.wait(), 0, fmt.Sprintf("attempt %d, starter stopped", attempt))
+	}
+	if stopped == 0 {
+		t.Skip("never caught the starter alive in 30 spawns; nothing was tested")
+	}
 }

@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <poll.h>
 #include <sys/mman.h>
@@ -51,6 +52,9 @@ static size_t image_map_len;
 /* The command as the caller's argv has it; result.argv moves to the
  * init's copy, inside image_map, once an init is being started. */
 static char *const *cmd_argv;
+/* The inode of the init's end of the sync socket: how an init the starter
+ * died before naming is told from any other child (lost_init). */
+static unsigned long long init_sock_ino;
 
 #define KEY_MAX 8192
 static char key_buf[KEY_MAX];
@@ -564,10 +568,12 @@ void ar_prestart(int argc, char **argv, char **envp)
 			goto unmap;
 	}
 	int pp[2];
+	struct stat sst;
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
 		goto unmap;
-	if (pipe2(pp, O_CLOEXEC) < 0)
+	if (fstat(sv[1], &sst) < 0 || pipe2(pp, O_CLOEXEC) < 0)
 		goto close_sock;
+	init_sock_ino = (unsigned long long)sst.st_ino;
 	/* The rest (the idmapped trees, the clone with its namespaces, the id
 	 * maps) runs in a starter process while this one goes on to start Go:
 	 * on a hit it is about two milliseconds that would otherwise come
@@ -615,7 +621,7 @@ struct started {
 	int ok;
 };
 
-/* How long ar_prestart_take waits for each message: the starter's work
+/* How long ar_prestart_take waits for the starter's messages: its work
  * takes milliseconds; one that was stopped must not hold the CLI. */
 #define STARTER_WAIT_MS 2000
 
@@ -671,15 +677,24 @@ fail:
 	_exit(1);
 }
 
-/* read_started reads one message; 0 on success, -1 on EOF, an error or
- * the timeout. */
-static int read_started(int fd, struct started *m)
+static long long now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* read_started reads one message; 0 on success, -1 on EOF, an error or the
+ * deadline (CLOCK_MONOTONIC ms; signals, which Go's handlers turn into
+ * EINTR, do not extend it). */
+static int read_started(int fd, struct started *m, long long deadline)
 {
 	struct pollfd pf = {.fd = fd, .events = POLLIN};
 	int r;
-	do
-		r = poll(&pf, 1, STARTER_WAIT_MS);
-	while (r < 0 && errno == EINTR);
+	do {
+		long long left = deadline - now_ms();
+		r = left > 0 ? poll(&pf, 1, (int)left) : 0;
+	} while (r < 0 && errno == EINTR);
 	if (r <= 0)
 		return -1;
 	ssize_t n;
@@ -704,43 +719,33 @@ static ssize_t read_text(const char *path, char *buf, size_t n)
 	return r;
 }
 
-/* in_own_pidns: pid is in a PID namespace below ours (NSpid lists more than
- * one pid), as an init is. */
-static int in_own_pidns(int pid)
+/* holds_init_socket: pid has the init's end of the sync socket open. Only
+ * an init started for this process can: the starter passed it to the init
+ * alone and closed its own copy. */
+static int holds_init_socket(int pid)
 {
-	char path[64], st[2048];
-	if (snprintf(path, sizeof path, "/proc/%d/status", pid) >= (int)sizeof path)
+	char path[64], want[48], got[64];
+	if (snprintf(path, sizeof path, "/proc/%d/fd", pid) >= (int)sizeof path)
 		return 0;
-	ssize_t m = read_text(path, st, sizeof st);
-	char *ns = m > 0 ? strstr(st, "\nNSpid:") : NULL;
-	if (!ns)
+	snprintf(want, sizeof want, "socket:[%llu]", init_sock_ino);
+	DIR *d = opendir(path);
+	if (!d)
 		return 0;
-	char *end = strchr(ns + 1, '\n');
-	int fields = 0;
-	for (char *c = ns + 7; c < (end ? end : st + m); c++)
-		if ((c[0] == ' ' || c[0] == '\t') && c[1] >= '0' && c[1] <= '9')
-			fields++;
-	return fields > 1;
+	int fd = dirfd(d), found = 0;
+	for (struct dirent *e; !found && (e = readdir(d));) {
+		ssize_t n = e->d_name[0] == '.' ? -1 : readlinkat(fd, e->d_name, got, sizeof got - 1);
+		if (n > 0) {
+			got[n] = 0;
+			found = strcmp(got, want) == 0;
+		}
+	}
+	closedir(d);
+	return found;
 }
 
-/* start_time is field 22 of /proc/PID/stat (clock ticks since boot), or
- * 0. */
-static unsigned long long start_time(int pid)
-{
-	char path[64], st[1024];
-	if (snprintf(path, sizeof path, "/proc/%d/stat", pid) >= (int)sizeof path || read_text(path, st, sizeof st) < 0)
-		return 0;
-	char *p = strrchr(st, ')'); /* comm may hold spaces */
-	for (int field = 2; p && field < 22; field++)
-		p = strchr(p + 1, ' ');
-	return p ? strtoull(p + 1, NULL, 10) : 0;
-}
-
-/* lost_init finds an init the starter cloned but died before naming: a
- * child of this process in a PID namespace of its own, started no earlier
- * than the starter (a child this process had before its exec is older).
- * Before Go's own spawn, no other child of ours is in one. */
-static int lost_init(unsigned long long since)
+/* lost_init finds an init the starter cloned but died before naming: the
+ * child of this process that holds the init's end of the sync socket. */
+static int lost_init(void)
 {
 	char path[64], buf[4096];
 	int found = -1;
@@ -751,9 +756,10 @@ static int lost_init(unsigned long long since)
 		if (t->d_name[0] == '.' || snprintf(path, sizeof path, "/proc/self/task/%.16s/children", t->d_name) >= (int)sizeof path ||
 		    read_text(path, buf, sizeof buf) < 0)
 			continue;
-		for (char *tok = strtok(buf, " \n"); found < 0 && tok; tok = strtok(NULL, " \n")) {
+		char *save = NULL;
+		for (char *tok = strtok_r(buf, " \n", &save); found < 0 && tok; tok = strtok_r(NULL, " \n", &save)) {
 			int kid = atoi(tok);
-			if (kid > 0 && in_own_pidns(kid) && since > 0 && start_time(kid) >= since)
+			if (kid > 0 && holds_init_socket(kid))
 				found = kid;
 		}
 	}
@@ -770,12 +776,13 @@ struct ar_prestart ar_prestart_take(void)
 	/* The starter is done by now, as a rule: it started with the process,
 	 * before the Go runtime. */
 	struct started first = {.pid = -1}, second = {.pid = -1};
-	int ok = read_started(r.starter_fd, &first) == 0 && first.pid > 0 &&
-		 read_started(r.starter_fd, &second) == 0 && second.pid == first.pid && second.ok;
+	long long deadline = now_ms() + STARTER_WAIT_MS;
+	int ok = read_started(r.starter_fd, &first, deadline) == 0 && first.pid > 0 &&
+		 read_started(r.starter_fd, &second, deadline) == 0 && second.pid == first.pid && second.ok;
 	close(r.starter_fd);
-	unsigned long long since = ok || first.pid > 0 ? 0 : start_time(r.starter);
-	if (!ok)
-		kill(r.starter, SIGKILL); /* stopped or stuck: it is done either way */
+	/* Its work is done or given up either way; a stopped starter must not
+	 * hold this process in waitpid. */
+	kill(r.starter, SIGKILL);
 	while (waitpid(r.starter, NULL, 0) < 0 && errno == EINTR)
 		;
 	if (ok) {
@@ -784,7 +791,7 @@ struct ar_prestart ar_prestart_take(void)
 		return r;
 	}
 	/* The starter died between the clone and its first message. */
-	int init = first.pid > 0 ? first.pid : lost_init(since);
+	int init = first.pid > 0 ? first.pid : lost_init();
 	if (init > 0) {
 		kill(init, SIGKILL);
 		while (waitpid(init, NULL, 0) < 0 && errno == EINTR)
