@@ -96,9 +96,10 @@ func sandboxCgroup(spec *specs.Spec, limitsOnly bool) (*cgroups.Cgroup, error) {
 	// Leftovers of runtimes killed with SIGKILL; nothing to do is one ReadDir.
 	_, _ = mgr.Sweep()
 	// The default pids limit also applies next to the limits a policy sets
-	// (--memory alone must not leave fork bombs unbounded).
+	// (--memory alone must not leave fork bombs unbounded). A spec that
+	// says something about pids, "unlimited" (0 or -1) included, keeps it.
 	res := requested
-	if res == nil || res.Pids == nil || res.Pids.Limit == nil || *res.Pids.Limit <= 0 {
+	if res == nil || res.Pids == nil || res.Pids.Limit == nil {
 		var r specs.LinuxResources
 		if res != nil {
 			r = *res

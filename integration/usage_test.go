@@ -155,6 +155,12 @@ func TestOOMKeepsCommandStatus(t *testing.T) {
 		if r.code != 3 || !strings.Contains(r.stderr, "a process in the sandbox was killed") {
 			t.Errorf("%v: want the command's exit 3 and a note that a process was OOM-killed\n%s", flags, r)
 		}
+		// A timeout kill is the timeout's, even when the OOM killer took
+		// a process before.
+		r = spawn(t, spawnCfg{ws: ws, flags: append([]string{"--timeout", "1s"}, flags...)}, "/bin/sh", "-c", "/workspace/attacker alloc 512; sleep 30")
+		if r.code != 124 || strings.Contains(r.stderr, "the command was killed") || !strings.Contains(r.stderr, "a process in the sandbox was killed") {
+			t.Errorf("%v --timeout 1s: want exit 124, and the OOM line naming a process, not the command\n%s", flags, r)
+		}
 		// The control: the command itself killed is 137, as any SIGKILL.
 		r = spawn(t, spawnCfg{ws: ws, flags: flags}, "/workspace/attacker", "alloc", "512")
 		if r.code != 137 || !strings.Contains(r.stderr, "memory limit of 67108864 bytes hit; the command was killed") {

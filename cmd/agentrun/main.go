@@ -124,7 +124,7 @@ func spawn(args []string, stderr io.Writer) int {
 	}
 	if res.OOMKilled {
 		what := "the command was killed"
-		if res.Signal != int(syscall.SIGKILL) {
+		if res.Signal != int(syscall.SIGKILL) || res.TimedOut {
 			what = "a process in the sandbox was killed"
 		}
 		if m := opts.policy.Limits.Memory; m > 0 {
