@@ -78,7 +78,7 @@ func TestMain(m *testing.M) {
 	case "orphaner":
 		// A runtime that creates a sandbox cgroup, starts a process in it
 		// and waits to be SIGKILLed.
-		m, err := NewManager(Options{StateDir: os.Getenv("AGENTRUN_CGTEST_STATE"), Parent: os.Getenv("AGENTRUN_CGTEST_PARENT"), ScopeHolder: testHolder})
+		m, err := NewManager(Options{StateDir: os.Getenv("AGENTRUN_CGTEST_STATE"), Parent: os.Getenv("AGENTRUN_CGTEST_PARENT"), ScopeHolder: testHolder, SystemdTimeout: testSystemdTimeout})
 		if err != nil {
 			fmt.Println("error", err)
 			os.Exit(1)
@@ -117,12 +117,19 @@ func waitRelease() {
 	}
 }
 
+// testSystemdTimeout bounds each systemd conversation in these tests.
+// The product's default (DefaultSystemdTimeout) is meant for one spawn at
+// a time; TestConcurrentCreateDelete runs a hundred scope operations at
+// once, and in the emulated VM of vmtest's user-systemd mode the user
+// manager can take longer than that to get to one of them.
+const testSystemdTimeout = 60 * time.Second
+
 // testManager returns a Manager with a private state directory and a
 // parent of this test process's own, so the assertions about what is left
 // behind cannot be disturbed by real sandboxes.
 func testManager(t *testing.T) *Manager {
 	t.Helper()
-	m, err := NewManager(Options{StateDir: t.TempDir(), Parent: fmt.Sprintf("agentrun-test-%d", os.Getpid()), ScopeHolder: testHolder})
+	m, err := NewManager(Options{StateDir: t.TempDir(), Parent: fmt.Sprintf("agentrun-test-%d", os.Getpid()), ScopeHolder: testHolder, SystemdTimeout: testSystemdTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -614,11 +621,11 @@ func TestSweepAfterSIGKILL(t *testing.T) {
 	var l string
 	// A hang guard, not a timing assertion: on a rootless v2 host the
 	// helper's scope takes a few systemd conversations of up to
-	// DefaultSystemdTimeout each, and an emulated VM whose user manager
-	// is still stopping the scopes of earlier tests is slow.
+	// testSystemdTimeout each, and an emulated VM whose user manager is
+	// still stopping the scopes of earlier tests is slow.
 	select {
 	case l = <-line:
-	case <-time.After(6 * DefaultSystemdTimeout):
+	case <-time.After(3 * testSystemdTimeout):
 		rt.Process.Kill()
 		rt.Wait()
 		t.Fatalf("the runtime helper did not report; its stderr:\n%s", stderr.String())
@@ -914,7 +921,7 @@ func TestLimitsOnly(t *testing.T) {
 	if full.lay.v2 != nil && !full.lay.useV1 {
 		t.Skip("cgroup v2: one hierarchy, LimitsOnly changes nothing (this host runs v2)")
 	}
-	lean, err := NewManager(Options{StateDir: t.TempDir(), Parent: fmt.Sprintf("agentrun-test-%d-lean", os.Getpid()), ScopeHolder: testHolder, LimitsOnly: true})
+	lean, err := NewManager(Options{StateDir: t.TempDir(), Parent: fmt.Sprintf("agentrun-test-%d-lean", os.Getpid()), ScopeHolder: testHolder, LimitsOnly: true, SystemdTimeout: testSystemdTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
