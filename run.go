@@ -1,6 +1,7 @@
 package agentrun
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -111,3 +112,16 @@ func (e *SetupError) Unwrap() error { return e.Err }
 
 // ErrUnsupported is returned on operating systems without a sandbox backend.
 var ErrUnsupported = errors.New("agentrun: sandboxing is not supported on this operating system")
+
+// awaitStartAfter waits for Options.StartAfter (nil: nothing to wait for).
+func awaitStartAfter(ctx context.Context, c <-chan struct{}) error {
+	if c == nil {
+		return nil
+	}
+	select {
+	case <-c:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

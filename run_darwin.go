@@ -35,12 +35,8 @@ func Run(ctx context.Context, p *Policy, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.StartAfter != nil {
-		select {
-		case <-opts.StartAfter:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	if err := awaitStartAfter(ctx, opts.StartAfter); err != nil {
+		return nil, err
 	}
 	fin, err := darwin.Exec(ctx, *launch)
 	if err != nil {

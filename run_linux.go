@@ -124,19 +124,6 @@ func sandboxCgroup(spec *specs.Spec, limitsOnly bool) (*cgroups.Cgroup, error) {
 	return cg, err
 }
 
-// awaitStartAfter waits for Options.StartAfter (nil: nothing to wait for).
-func awaitStartAfter(ctx context.Context, c <-chan struct{}) error {
-	if c == nil {
-		return nil
-	}
-	select {
-	case <-c:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // memoryLimited: the spec sets a memory limit, whose OOM kills Stats tells.
 func memoryLimited(spec *specs.Spec) bool {
 	if spec.Linux == nil || spec.Linux.Resources == nil || spec.Linux.Resources.Memory == nil {

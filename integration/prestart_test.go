@@ -658,49 +658,68 @@ func orphanInits() []string {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
+		comm, state, ppid, ok := procStat(e.Name())
+		if !ok || comm != "agentrun-init" || state == "Z" || state == "X" {
 			continue
 		}
-		// pid (comm) state ppid ...
-		s := string(b)
-		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || end < open || s[open+1:end] != "agentrun-init" {
-			continue
-		}
-		f := strings.Fields(s[end+1:])
-		if len(f) < 2 || f[0] == "Z" || f[0] == "X" {
-			continue
-		}
-		parent, err := os.ReadFile(filepath.Join("/proc", f[1], "comm"))
+		parent, err := os.ReadFile(filepath.Join("/proc", ppid, "comm"))
 		if err != nil || strings.TrimSpace(string(parent)) != "agentrun" {
-			out = append(out, e.Name()+" (state "+f[0]+", parent "+f[1]+")")
+			out = append(out, e.Name()+" (state "+state+", parent "+ppid+")")
 		}
 	}
 	return out
+}
+
+// procStat reads the command name, state and parent pid from
+// /proc/PID/stat ("pid (comm) state ppid ..."; comm may hold spaces).
+func procStat(pid string) (comm, state, ppid string, ok bool) {
+	b, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if err != nil {
+		return "", "", "", false
+	}
+	s := string(b)
+	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || end < open {
+		return "", "", "", false
+	}
+	f := strings.Fields(s[end+1:])
+	if len(f) < 2 {
+		return "", "", "", false
+	}
+	return s[open+1 : end], f[0], f[1], true
 }
 
 // TestPrestartStarterKilled: the starter killed after it cloned the init
 // leaves the spawn working (it falls back) and leaves no init behind as an
 // unreaped child of the CLI while the sandbox runs.
 func TestPrestartStarterKilled(t *testing.T) {
-	cfg, hits := warmCaller(t)
-	needStarter(t, hits)
-	killed := 0
-	for attempt := 0; attempt < 30 && killed < 5; attempt++ {
-		run := startSpawn(t, cfg, "/bin/sleep", "0.4")
-		if starter := awaitStarter(run.pid(), 200*time.Millisecond); starter > 0 {
-			if syscall.Kill(starter, syscall.SIGKILL) == nil {
-				killed++
-			}
-		}
+	catchStarters(t, 5, []string{"/bin/sleep", "0.4"}, awaitStarter, func(attempt int, run *running, starter int) bool {
+		caught := starter > 0 && syscall.Kill(starter, syscall.SIGKILL) == nil
 		time.Sleep(200 * time.Millisecond) // the sandbox's sleep runs
 		if z := zombieChildren(run.pid()); len(z) > 0 {
 			t.Errorf("attempt %d: the CLI holds unreaped children %v while its sandbox runs", attempt, z)
 		}
 		mustExit(t, run.wait(), 0, fmt.Sprintf("attempt %d, starter killed", attempt))
+		return caught
+	})
+}
+
+// catchStarters spawns command up to 30 times with a warm cache, until
+// want of them had their starter caught: find looks for it under the CLI
+// (0: missed) and act does the test's work on the spawn, saying whether
+// it counts. It skips where no starter runs or none was ever caught.
+func catchStarters(t *testing.T, want int, command []string, find func(cli int, guard time.Duration) int, act func(attempt int, run *running, starter int) bool) {
+	t.Helper()
+	cfg, hits := warmCaller(t)
+	needStarter(t, hits)
+	caught := 0
+	for attempt := 0; attempt < 30 && caught < want; attempt++ {
+		run := startSpawn(t, cfg, command...)
+		if act(attempt, run, find(run.pid(), 200*time.Millisecond)) {
+			caught++
+		}
 	}
-	if killed == 0 {
+	if caught == 0 {
 		t.Skip("never caught the starter alive in 30 spawns; nothing was tested")
 	}
 }
@@ -777,15 +796,8 @@ func childrenOf(pid int) []int {
 func zombieChildren(pid int) []int {
 	var z []int
 	for _, kid := range childrenOf(pid) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", kid))
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		if end := strings.LastIndexByte(s, ')'); end > 0 {
-			if f := strings.Fields(s[end+1:]); len(f) > 0 && f[0] == "Z" {
-				z = append(z, kid)
-			}
+		if _, state, _, ok := procStat(strconv.Itoa(kid)); ok && state == "Z" {
+			z = append(z, kid)
 		}
 	}
 	return z
@@ -795,17 +807,14 @@ func zombieChildren(pid int) []int {
 // cannot hold the CLI, not even while signals keep interrupting its wait
 // (each would have restarted a per-call timeout).
 func TestPrestartStarterStopped(t *testing.T) {
-	cfg, hits := warmCaller(t)
-	needStarter(t, hits)
-	stopped := 0
-	for attempt := 0; attempt < 30 && stopped < 3; attempt++ {
-		run := startSpawn(t, cfg, "/bin/true")
-		starter := awaitChild(run.pid(), 200*time.Millisecond, func(nspids int) bool { return nspids == 1 })
+	starterOnly := func(cli int, guard time.Duration) int {
+		return awaitChild(cli, guard, func(nspids int) bool { return nspids == 1 })
+	}
+	catchStarters(t, 3, []string{"/bin/true"}, starterOnly, func(attempt int, run *running, starter int) bool {
 		if starter <= 0 || syscall.Kill(starter, syscall.SIGSTOP) != nil {
 			run.wait()
-			continue
+			return false
 		}
-		stopped++
 		// SIGWINCH, which the CLI forwards and the command ignores, until
 		// the CLI is done; the hang guard is generous and no timing claim.
 		guard := time.After(20 * time.Second)
@@ -824,8 +833,6 @@ func TestPrestartStarterStopped(t *testing.T) {
 		_ = syscall.Kill(starter, syscall.SIGKILL)
 		_ = syscall.Kill(starter, syscall.SIGCONT)
 		mustExit(t, run.wait(), 0, fmt.Sprintf("attempt %d, starter stopped", attempt))
-	}
-	if stopped == 0 {
-		t.Skip("never caught the starter alive in 30 spawns; nothing was tested")
-	}
+		return true
+	})
 }
