@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -166,5 +167,33 @@ func TestOOMKeepsCommandStatus(t *testing.T) {
 		if r.code != 137 || !strings.Contains(r.stderr, "memory limit of 67108864 bytes hit; the command was killed") {
 			t.Errorf("%v: want exit 137 and the memory-limit message\n%s", flags, r)
 		}
+	}
+}
+
+// TestDefaultPidsStopsBomb: the attack behind TestDefaultPidsNextToOtherLimits.
+// With --cpus and no --pids, a fork bomb stops at the default 4096, with
+// and without --result; pids_peak shows it was that limit that stopped it.
+func TestDefaultPidsStopsBomb(t *testing.T) {
+	needV1Root(t)
+	bomb := `i=0; while [ $i -lt 4200 ]; do sleep 30 & i=$((i+1)); done; echo forked $i`
+	res := filepath.Join(tempDir(t), "result.json")
+	for _, flags := range [][]string{{"--cpus", "1"}, {"--cpus", "1", "--result", res}} {
+		r := spawn(t, spawnCfg{ws: tempDir(t), flags: flags}, "/bin/sh", "-c", bomb)
+		if strings.Contains(r.stdout, "forked 4200") || !strings.Contains(r.stderr, "fork") {
+			t.Errorf("SANDBOX LIMIT: %v: a fork bomb got past the default pids limit\n%s", flags, r)
+		}
+	}
+	b, err := os.ReadFile(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		PidsPeak uint64 `json:"pids_peak"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.PidsPeak < 4000 || got.PidsPeak > 4096 {
+		t.Errorf("pids_peak %d: want the bomb stopped at the default limit of 4096", got.PidsPeak)
 	}
 }
