@@ -46,6 +46,7 @@ type flags struct {
 	levels      []int
 	scaleSpawns int
 	rssRuns     int
+	cpuRuns     int
 	timeout     time.Duration
 }
 
@@ -77,6 +78,7 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	levels := fs.String("levels", "1,2,8,32", "concurrency levels")
 	fs.IntVar(&f.scaleSpawns, "scale-spawns", 128, "spawns per contender per concurrency level (at least 2 per worker per batch)")
 	fs.IntVar(&f.rssRuns, "rss", 5, "untimed runs per contender under GNU time for peak RSS (0: skip)")
+	fs.IntVar(&f.cpuRuns, "cpu", 100, "untimed back-to-back runs per contender for the CPU time per spawn (0: skip)")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "limit for one spawn")
 	if err := fs.Parse(args); err != nil {
 		return f, err
@@ -98,6 +100,9 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 		}
 		if !set["rss"] {
 			f.rssRuns = 2
+		}
+		if !set["cpu"] {
+			f.cpuRuns = 20
 		}
 	}
 	if f.rounds < 1 {
@@ -179,6 +184,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	rssNotes := measureRSS(ctx, r, set, results, f.rssRuns, logf)
+	cpuNotes := measureCPU(ctx, r, set, results, f.cpuRuns, logf)
 
 	var scaling []report.ScalePoint
 	var scaleSet []*spawn.Contender
@@ -213,7 +219,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Config: report.Config{
 			Rounds: f.rounds, Warmup: f.warmup, Seed: f.seed, Quick: f.quick, Only: f.only,
 			Agentrun: f.agentrun, ScaleContenders: f.scale, ScaleLevels: f.levels, ScaleSpawns: f.scaleSpawns,
-			RSSRuns: f.rssRuns,
+			RSSRuns: f.rssRuns, CPURuns: f.cpuRuns,
 		},
 		Baseline:   spawn.Bwrap,
 		Floor:      spawn.ForkExec,
@@ -227,7 +233,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			rep.Notes = append(rep.Notes, m)
 		}
 	}
-	rep.Notes = append(append(rep.Notes, notes(f, set)...), rssNotes...)
+	rep.Notes = append(append(append(rep.Notes, notes(f, set)...), rssNotes...), cpuNotes...)
 	rep.ComputeRatios()
 	rep.ElapsedS = time.Since(started).Seconds()
 
@@ -247,6 +253,7 @@ func notes(f flags, set *spawn.Set) []string {
 		"Latency is wall time in the Go driver from os/exec Start (fork) to wait4 returning, so every contender pays its own start-up: the CLI's runtime init, namespace and mount setup, exec of /bin/true, teardown.",
 		"Peak RSS is GNU time's %M (wait4 ru_maxrss seen from a small parent): the largest resident set of any single process in the spawned tree (for agentrun: the CLI or its init child), median of untimed runs. Its floor is about 1 MiB, see fork+exec. The driver does not use its own wait4 rusage because Go's vfork-style spawn charges the driver's RSS to every child.",
 		"Ratios divide medians measured in the same interleaved run; ×bwrap below 1 means faster than bubblewrap.",
+		"CPU ms is the machine's busy CPU time per spawn (user, nice, system, irq and softirq from /proc/stat, over every CPU, process and kernel thread, so teardown the kernel defers to its own threads counts too), from back-to-back untimed spawns of one contender, less the background rate measured while the driver slept for a second before. It includes the driver's own fork, exec and wait (about the fork+exec row's value). Wall time cannot drop below CPU time divided by the number of CPUs the spawn's work can spread over.",
 	}
 	if f.rounds < 100 {
 		n = append(n, fmt.Sprintf("With %d samples p99 is close to the maximum; use the default -n for p99.", f.rounds))
@@ -267,6 +274,26 @@ func busyNote(when string, load1 float64) string {
 	return fmt.Sprintf("The machine was busy when the run %s (1-minute load %.2f on %d CPUs): absolute numbers and tails are inflated; ratios from the interleaved run are more robust.", when, load1, runtime.NumCPU())
 }
 
+// eachMeasured calls measure for every contender with an ok result and
+// returns a note for each failure.
+func eachMeasured(set *spawn.Set, results []report.Contender, measure func(*spawn.Contender, *report.Contender) error) []string {
+	var notes []string
+	for i := range results {
+		rc := &results[i]
+		if rc.Status != report.StatusOK {
+			continue
+		}
+		for _, c := range set.Contenders {
+			if c.Name == rc.Name {
+				if err := measure(c, rc); err != nil {
+					notes = append(notes, fmt.Sprintf("%s: %v", c.Name, err))
+				}
+			}
+		}
+	}
+	return notes
+}
+
 // measureRSS fills MaxRSSKiB of the measured contenders from untimed runs
 // under GNU time, and returns notes on what could not be measured.
 func measureRSS(ctx context.Context, r *spawn.Runner, set *spawn.Set, results []report.Contender, runs int, logf func(string, ...any)) []string {
@@ -277,25 +304,38 @@ func measureRSS(ctx context.Context, r *spawn.Runner, set *spawn.Set, results []
 	if err != nil {
 		return []string{fmt.Sprintf("Peak RSS not measured: %v.", err)}
 	}
-	var notes []string
-	for i := range results {
-		rc := &results[i]
-		if rc.Status != report.StatusOK {
-			continue
+	notes := eachMeasured(set, results, func(c *spawn.Contender, rc *report.Contender) error {
+		kib, err := r.PeakRSS(ctx, c, timePath, set.ScratchDir(), runs)
+		if err != nil {
+			return fmt.Errorf("peak RSS not measured: %w", err)
 		}
-		for _, c := range set.Contenders {
-			if c.Name != rc.Name {
-				continue
-			}
-			kib, err := r.PeakRSS(ctx, c, timePath, set.ScratchDir(), runs)
-			if err != nil {
-				notes = append(notes, fmt.Sprintf("%s: peak RSS not measured: %v", c.Name, err))
-				continue
-			}
-			rc.MaxRSSKiB = kib
-		}
-	}
+		rc.MaxRSSKiB = kib
+		return nil
+	})
 	logf("peak RSS measured (%d runs each)", runs)
+	return notes
+}
+
+// measureCPU fills CPUMS of the measured contenders from back-to-back
+// untimed runs, and returns notes on what could not be measured.
+func measureCPU(ctx context.Context, r *spawn.Runner, set *spawn.Set, results []report.Contender, runs int, logf func(string, ...any)) []string {
+	if runs <= 0 {
+		return []string{"CPU time per spawn not measured (-cpu 0)."}
+	}
+	bg, err := spawn.Background(ctx, time.Second)
+	if err != nil {
+		return []string{fmt.Sprintf("CPU time per spawn not measured: %v.", err)}
+	}
+	notes := []string{fmt.Sprintf("Background busy CPU before the CPU pass: %.0f ms per second.", float64(bg)*1000)}
+	notes = append(notes, eachMeasured(set, results, func(c *spawn.Contender, rc *report.Contender) error {
+		d, err := r.CPUPerSpawn(ctx, c, runs, bg)
+		if err != nil {
+			return fmt.Errorf("CPU time not measured: %w", err)
+		}
+		rc.CPUMS = float64(d.Microseconds()) / 1000
+		return nil
+	})...)
+	logf("CPU time per spawn measured (%d runs each)", runs)
 	return notes
 }
 

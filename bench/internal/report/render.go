@@ -42,6 +42,15 @@ func FormatKiB(k int64) string {
 	return fmt.Sprintf("%.1f MiB", float64(k)/1024)
 }
 
+// FormatCPU prints a CPU time per spawn in ms, or "—" for zero (not
+// measured, or lost in the background's noise).
+func FormatCPU(ms float64) string {
+	if ms <= 0 {
+		return "—"
+	}
+	return FormatMS(ms)
+}
+
 func statusCell(c *Contender) string {
 	if c.Status == StatusOK && c.Errors > 0 {
 		return fmt.Sprintf("ok (%d errors)", c.Errors)
@@ -54,17 +63,17 @@ func statusCell(c *Contender) string {
 func (r *Report) Text(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "contender\tstatus\tp50 ms\tp90 ms\tp99 ms\tmean ms\tstddev\tn\t×bwrap\t×fork+exec\tpeak RSS\t")
+	fmt.Fprintln(tw, "contender\tstatus\tp50 ms\tp90 ms\tp99 ms\tmean ms\tstddev\tn\t×bwrap\t×fork+exec\tpeak RSS\tCPU ms\t")
 	for i := range r.Contenders {
 		c := &r.Contenders[i]
 		if c.Summary == nil {
-			fmt.Fprintf(tw, "%s\t%s\t—\t—\t—\t—\t—\t0\t—\t—\t—\t\n", c.Name, statusCell(c))
+			fmt.Fprintf(tw, "%s\t%s\t—\t—\t—\t—\t—\t0\t—\t—\t—\t—\t\n", c.Name, statusCell(c))
 			continue
 		}
 		s := c.Summary
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t\n", c.Name, statusCell(c),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t\n", c.Name, statusCell(c),
 			FormatMS(s.P50), FormatMS(s.P90), FormatMS(s.P99), FormatMS(s.Mean), FormatMS(s.Stddev), s.N,
-			FormatRatio(c.RatioBwrap), FormatRatio(c.RatioFloor), FormatKiB(c.MaxRSSKiB))
+			FormatRatio(c.RatioBwrap), FormatRatio(c.RatioFloor), FormatKiB(c.MaxRSSKiB), FormatCPU(c.CPUMS))
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("render text table: %w", err)
@@ -167,18 +176,18 @@ func (r *Report) Markdown(w io.Writer, svgName string) error {
 	}
 	p("\n\n")
 
-	p("| contender | status | p50 ms | p90 ms | p99 ms | mean ms | stddev ms | n | ×%s | ×%s | peak RSS |\n", r.Baseline, r.Floor)
-	p("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	p("| contender | status | p50 ms | p90 ms | p99 ms | mean ms | stddev ms | n | ×%s | ×%s | peak RSS | CPU ms |\n", r.Baseline, r.Floor)
+	p("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for i := range r.Contenders {
 		c := &r.Contenders[i]
 		if c.Summary == nil {
-			p("| %s | %s | — | — | — | — | — | 0 | — | — | — |\n", mdCell(c.Name), mdCell(statusCell(c)))
+			p("| %s | %s | — | — | — | — | — | 0 | — | — | — | — |\n", mdCell(c.Name), mdCell(statusCell(c)))
 			continue
 		}
 		s := c.Summary
-		p("| %s | %s | %s | %s | %s | %s | %s | %d | %s | %s | %s |\n", mdCell(c.Name), mdCell(statusCell(c)),
+		p("| %s | %s | %s | %s | %s | %s | %s | %d | %s | %s | %s | %s |\n", mdCell(c.Name), mdCell(statusCell(c)),
 			FormatMS(s.P50), FormatMS(s.P90), FormatMS(s.P99), FormatMS(s.Mean), FormatMS(s.Stddev), s.N,
-			FormatRatio(c.RatioBwrap), FormatRatio(c.RatioFloor), FormatKiB(c.MaxRSSKiB))
+			FormatRatio(c.RatioBwrap), FormatRatio(c.RatioFloor), FormatKiB(c.MaxRSSKiB), FormatCPU(c.CPUMS))
 	}
 	p("\n")
 	if svgName != "" {

@@ -43,7 +43,11 @@ type Contender struct {
 	// MaxRSSKiB is the peak resident set of the largest process in the
 	// contender's tree (GNU time's %M, median over a few untimed runs);
 	// 0 when not measured.
-	MaxRSSKiB  int64     `json:"max_rss_kib,omitempty"`
+	MaxRSSKiB int64 `json:"max_rss_kib,omitempty"`
+	// CPUMS is the machine's busy CPU time per spawn, in milliseconds,
+	// from back-to-back untimed spawns (spawn.CPUPerSpawn); 0 when not
+	// measured.
+	CPUMS      float64   `json:"cpu_ms,omitempty"`
 	RatioBwrap *float64  `json:"ratio_to_bwrap,omitempty"`
 	RatioFloor *float64  `json:"ratio_to_fork_exec,omitempty"`
 	SamplesMS  []float64 `json:"samples_ms,omitempty"`
@@ -76,6 +80,7 @@ type Config struct {
 	ScaleLevels     []int    `json:"scale_levels,omitempty"`
 	ScaleSpawns     int      `json:"scale_spawns_per_level"`
 	RSSRuns         int      `json:"rss_runs"`
+	CPURuns         int      `json:"cpu_runs"`
 }
 
 // Report is everything one run produced.

@@ -32,7 +32,7 @@ func sample() *Report {
 		Baseline: "bwrap",
 		Floor:    "fork+exec",
 		Contenders: []Contender{
-			{Name: "fork+exec", Label: "floor", Command: "/bin/true", Status: StatusOK, Summary: summary(1, 1.5, 2), MaxRSSKiB: 1024},
+			{Name: "fork+exec", Label: "floor", Command: "/bin/true", Status: StatusOK, Summary: summary(1, 1.5, 2), MaxRSSKiB: 1024, CPUMS: 1.25},
 			{Name: "bwrap", Label: "bubblewrap", Command: "bwrap --unshare-all /bin/true", Status: StatusOK, Summary: summary(4, 5, 8)},
 			{Name: "agentrun-none", Label: "agentrun", Status: StatusOK, Summary: summary(2, 3, 4), Errors: 2, FirstError: "exit status 125"},
 			{Name: "runc", Label: "runc", Status: StatusMissing, Reason: "runc not installed | pipe"},
@@ -110,9 +110,9 @@ func TestMarkdown(t *testing.T) {
 	}
 	out := b.String()
 	for _, want := range []string{
-		"| contender | status | p50 ms | p90 ms | p99 ms | mean ms | stddev ms | n | ×bwrap | ×fork+exec | peak RSS |",
-		"| agentrun-none | ok (2 errors) | 2.00 | 3.00 | 4.00 | 2.00 | 0.100 | 10 | 0.50× | 2.00× | — |",
-		"| fork+exec | ok | 1.00 | 1.50 | 2.00 | 1.00 | 0.100 | 10 | 0.25× | 1.00× | 1.0 MiB |",
+		"| contender | status | p50 ms | p90 ms | p99 ms | mean ms | stddev ms | n | ×bwrap | ×fork+exec | peak RSS | CPU ms |",
+		"| agentrun-none | ok (2 errors) | 2.00 | 3.00 | 4.00 | 2.00 | 0.100 | 10 | 0.50× | 2.00× | — | — |",
+		"| fork+exec | ok | 1.00 | 1.50 | 2.00 | 1.00 | 0.100 | 10 | 0.25× | 1.00× | 1.0 MiB | 1.25 |",
 		"| runc | missing | — |",
 		"- runc: missing — runc not installed | pipe",
 		"| odd | a\\|b |", // pipes in cells are escaped
@@ -132,8 +132,8 @@ func TestMarkdown(t *testing.T) {
 	// Every table row must have as many cells as its header.
 	for _, line := range strings.Split(out, "\n") {
 		if strings.HasPrefix(line, "| runc | missing | — |") || strings.HasPrefix(line, "| agentrun-api |") {
-			if got := strings.Count(strings.ReplaceAll(line, `\|`, ""), "|"); got != 12 {
-				t.Errorf("row %q has %d separators, want 12", line, got)
+			if got := strings.Count(strings.ReplaceAll(line, `\|`, ""), "|"); got != 13 {
+				t.Errorf("row %q has %d separators, want 13", line, got)
 			}
 		}
 	}
