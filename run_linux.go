@@ -286,8 +286,7 @@ func RunSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 		}
 	}
 	res.DurationMS = float64(time.Since(start).Microseconds()) / 1000
-	switch {
-	case timedOut.Load():
+	if timedOut.Load() {
 		res.TimedOut = true
 		res.ExitCode = ExitTimeout
 	}

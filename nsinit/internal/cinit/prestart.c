@@ -248,6 +248,14 @@ static int proc_path(char *buf, size_t n, int pid, const char *name)
 	return r > 0 && (size_t)r < n ? 0 : -1;
 }
 
+/* kill_reap kills a child of this process and waits for it. */
+static void kill_reap(pid_t pid)
+{
+	kill(pid, SIGKILL);
+	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+		;
+}
+
 /* userns_fd returns a user namespace with the given maps, owned by a
  * holder that is gone again when this returns (nsinit's cUserns). */
 static int userns_fd(const char *uid_map, const char *gid_map)
@@ -269,9 +277,7 @@ static int userns_fd(const char *uid_map, const char *gid_map)
 		    proc_path(path, sizeof path, pid, "gid_map") == 0 && write_file(path, gid_map) == 0 &&
 		    proc_path(path, sizeof path, pid, "ns/user") == 0)
 			fd = open(path, O_RDONLY | O_CLOEXEC);
-		kill(pid, SIGKILL);
-		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-			;
+		kill_reap(pid);
 	}
 	close(pipefd[1]);
 	munmap(stack, stack_size);
@@ -782,9 +788,7 @@ struct ar_prestart ar_prestart_take(void)
 	close(r.starter_fd);
 	/* Its work is done or given up either way; a stopped starter must not
 	 * hold this process in waitpid. */
-	kill(r.starter, SIGKILL);
-	while (waitpid(r.starter, NULL, 0) < 0 && errno == EINTR)
-		;
+	kill_reap(r.starter);
 	if (ok) {
 		r.state = AR_PRESTART_STARTED;
 		r.pid = first.pid;
@@ -792,11 +796,8 @@ struct ar_prestart ar_prestart_take(void)
 	}
 	/* The starter died between the clone and its first message. */
 	int init = first.pid > 0 ? first.pid : lost_init();
-	if (init > 0) {
-		kill(init, SIGKILL);
-		while (waitpid(init, NULL, 0) < 0 && errno == EINTR)
-			;
-	}
+	if (init > 0)
+		kill_reap(init);
 	close(r.sock);
 	munmap(image_map, image_map_len);
 	r.argv = cmd_argv;
