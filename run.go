@@ -46,6 +46,12 @@ type Options struct {
 	// the sandbox's own memory limit only; one by an outer limit (the
 	// caller's cgroup) shows as the SIGKILL alone.
 	SkipUsage bool
+	// SkipViolations says the caller will not read Result.Violations and
+	// sets no OnViolation. On Linux the filter then denies with EPERM itself
+	// instead of through a user-notification listener in this process,
+	// which saves the listener and its goroutine. The command sees the
+	// same EPERM; ViolationsStatus says "skipped".
+	SkipViolations bool
 }
 
 // Violation is a policy violation observed during a run.
@@ -83,8 +89,9 @@ type Result struct {
 	Seccomp    string      `json:"seccomp,omitempty"`
 	Violations []Violation `json:"violations,omitempty"`
 	// ViolationsStatus says whether Violations is complete: "collected",
-	// "partial", or "unavailable: REASON" when the run could not be
-	// watched (so an empty list is not read as a clean run).
+	// "partial", "skipped" (Options.SkipViolations), or
+	// "unavailable: REASON" when the run could not be watched (so an
+	// empty list is not read as a clean run).
 	ViolationsStatus string `json:"violations_status,omitempty"`
 	// Prestart says whether the CLI built this sandbox from a plan cached
 	// by an earlier spawn while its Go runtime started: "hit", "miss" (none

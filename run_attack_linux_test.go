@@ -216,3 +216,50 @@ func TestDefaultPidsLimit(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestSkipViolations: with Options.SkipViolations the filter denies by
+// itself: the denied call still fails with EPERM and the workspace write
+// beside it lands, nothing is reported, and the status says so; without
+// it the same call is reported. Both inits.
+func TestSkipViolations(t *testing.T) {
+	cache := &seccomp.Cache{}
+	for _, b := range []string{nsinit.BackendC, nsinit.BackendGo} {
+		for _, skip := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/skip=%v", b, skip), func(t *testing.T) {
+				t.Setenv(nsinit.BackendEnv, b)
+				ws := t.TempDir()
+				p := &Policy{Workspace: ws, Command: []string{"/bin/sh", "-c",
+					"echo ok > /workspace/ok; touch f && chmod 4755 f; echo $? > /workspace/rc"}}
+				var seen []Violation
+				opts := Options{SeccompCache: cache, SkipViolations: skip}
+				if !skip {
+					opts.OnViolation = func(v Violation) { seen = append(seen, v) }
+				}
+				res, err := Run(context.Background(), p, opts)
+				var se *SetupError
+				if errors.As(err, &se) && (se.Step == "user namespace" || se.Step == "clone") {
+					t.Skipf("no sandbox here: %v", err)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if b, err := os.ReadFile(filepath.Join(ws, "ok")); err != nil || string(b) != "ok\n" {
+					t.Fatalf("positive control: workspace write %q %v", b, err)
+				}
+				if b, _ := os.ReadFile(filepath.Join(ws, "rc")); string(b) != "1\n" {
+					t.Fatalf("chmod 4755 exited %q, want 1 (denied)", b)
+				}
+				if fi, err := os.Stat(filepath.Join(ws, "f")); err != nil || fi.Mode()&os.ModeSetuid != 0 {
+					t.Fatalf("the setuid bit landed: %v %v", fi.Mode(), err)
+				}
+				want, wantN := "collected", 1
+				if skip {
+					want, wantN = "skipped", 0
+				}
+				if res.ViolationsStatus != want || len(res.Violations) != wantN || len(seen) != wantN {
+					t.Fatalf("status %q, violations %+v, seen %+v; want %q and %d", res.ViolationsStatus, res.Violations, seen, want, wantN)
+				}
+			})
+		}
+	}
+}

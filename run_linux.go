@@ -181,13 +181,6 @@ func RunSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 		Spec: spec, Stdin: opts.Stdin, Stdout: opts.Stdout, Stderr: opts.Stderr,
 		Warn: opts.Warn, UsernsBlocker: probe.UsernsBlockerFor,
 		SeccompCache: opts.SeccompCache,
-		// Reports are always collected; the listener answers EPERM, the
-		// same as the plain filter would.
-		OnViolation: func(e seccomp.Event) {
-			if opts.OnViolation != nil {
-				opts.OnViolation(syscallViolation(e))
-			}
-		},
 		// Every start path asks for the placement before it lets the
 		// command start, so StartAfter is waited for here too.
 		CgroupReady: func() (*nsinit.CgroupPlacement, error) {
@@ -200,6 +193,15 @@ func RunSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 			}
 			return m.place, nil
 		},
+	}
+	// Reports are collected unless the caller skips them; the listener
+	// answers EPERM, the same as the plain filter does.
+	if !opts.SkipViolations || opts.OnViolation != nil {
+		cfg.OnViolation = func(e seccomp.Event) {
+			if opts.OnViolation != nil {
+				opts.OnViolation(syscallViolation(e))
+			}
+		}
 	}
 	proc, err := nsinit.Start(cfg)
 	if m := cgroup(); m.err != nil {
@@ -254,9 +256,13 @@ func RunSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 	if c := spec.Process.Capabilities; c != nil {
 		res.Capabilities = c.Ambient
 	}
-	res.ViolationsStatus = "collected"
-	if spec.Linux == nil || spec.Linux.Seccomp == nil {
+	switch {
+	case spec.Linux == nil || spec.Linux.Seccomp == nil:
 		res.ViolationsStatus = "unavailable: no seccomp filter (unconfined)"
+	case cfg.OnViolation == nil:
+		res.ViolationsStatus = "skipped"
+	default:
+		res.ViolationsStatus = "collected"
 	}
 	for _, e := range proc.Violations() {
 		res.Violations = append(res.Violations, syscallViolation(e))

@@ -80,6 +80,26 @@ func TestViolationReports(t *testing.T) {
 			}
 		})
 	}
+	// Without --verbose or --result nothing reads the reports, and the
+	// filter denies by itself (no listener): the same calls still fail.
+	t.Run("denied without a listener", func(t *testing.T) {
+		t.Parallel()
+		ws := newWorkspace(t)
+		r := spawn(t, spawnCfg{ws: ws}, "/bin/sh", "-c",
+			"echo ok > ok; /usr/bin/unshare -U true; echo unshare=$?; touch f && chmod 4755 f; echo chmod=$?")
+		if r.code != 0 || !strings.Contains(r.stdout, "unshare=1") || !strings.Contains(r.stdout, "chmod=1") {
+			t.Fatalf("unshare -U and chmod 4755 must fail\n%s", r)
+		}
+		if strings.Count(r.stderr, "Operation not permitted") != 2 || strings.Contains(r.stderr, "agentrun:") {
+			t.Fatalf("want two EPERMs and no report from agentrun\n%s", r)
+		}
+		if b, err := os.ReadFile(filepath.Join(ws, "ok")); err != nil || string(b) != "ok\n" {
+			t.Fatalf("positive control: workspace write %q %v", b, err)
+		}
+		if fi, err := os.Stat(filepath.Join(ws, "f")); err != nil || fi.Mode()&os.ModeSetuid != 0 {
+			t.Fatalf("the setuid bit landed: %v %v", fi, err)
+		}
+	})
 	t.Run("clean run has none", func(t *testing.T) {
 		t.Parallel()
 		r, res := spawnWithResult(t, newWorkspace(t), nil, "/bin/sh", "-c", "echo ok > out")

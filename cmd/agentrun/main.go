@@ -103,8 +103,10 @@ func spawn(args []string, stderr io.Writer) int {
 	ropts := agentrun.Options{
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Signals: sigs, StartAfter: hooked,
 		Warn: func(m string) { fmt.Fprintf(stderr, "agentrun: warning: %s\n", m) },
-		// Only --result shows usage figures.
-		SkipUsage: opts.result == "",
+		// Only --result shows usage figures, and only it and --verbose
+		// show violations.
+		SkipUsage:      opts.result == "",
+		SkipViolations: opts.result == "" && !opts.verbose,
 	}
 	if opts.verbose {
 		ropts.OnViolation = func(v agentrun.Violation) {
