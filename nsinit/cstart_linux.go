@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/agentrun/agentrun/mounts"
 	"github.com/agentrun/agentrun/nsinit/internal/cinit"
@@ -233,19 +234,28 @@ func (p *Process) runC(plan *cinit.Plan, std *stdio, release func(pid int) error
 			p.postClone = pe
 		}
 	}
-	proc, err := os.FindProcess(pid)
 	started <- nil
-	p.awaitExit(proc, err, std)
+	p.awaitExit(std)
 }
 
-// awaitExit waits for the init found by os.FindProcess (on Linux it holds
-// a pidfd, so the wait cannot hit a reused pid) and for its stdio copies
-// (std, when any), then marks the Process waited.
-func (p *Process) awaitExit(proc *os.Process, findErr error, std *stdio) {
-	if findErr == nil {
-		p.state, p.err = proc.Wait()
-	} else {
-		p.err = findErr
+// awaitExit reaps the init and waits for its stdio copies (std, when any),
+// then marks the Process waited. The init is this process's child and
+// nothing else here reaps it, so its pid cannot be reused before this
+// wait. (os.FindProcess would do the same through a pidfd, but its first
+// use forks a process to probe for pidfd support.)
+func (p *Process) awaitExit(std *stdio) {
+	var ws syscall.WaitStatus
+	for {
+		_, err := syscall.Wait4(p.pid, &ws, 0, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			p.err = fmt.Errorf("wait4 %d: %w", p.pid, err)
+		} else {
+			p.status = &ws
+		}
+		break
 	}
 	if std != nil {
 		if err := std.wait(); p.err == nil {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -93,7 +94,7 @@ type Process struct {
 	pid    int
 	sock   *os.File
 	waited chan struct{}
-	state  *os.ProcessState
+	status *syscall.WaitStatus // how init ended, once reaped
 	err    error
 	// pending holds an exit report that arrived during Start.
 	pending *report
@@ -309,7 +310,10 @@ func (p *Process) run(cmd *exec.Cmd, started chan<- error) {
 	p.pid = cmd.Process.Pid
 	started <- nil
 	p.err = cmd.Wait()
-	p.state = cmd.ProcessState
+	if cmd.ProcessState != nil {
+		ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+		p.status = &ws
+	}
 	close(p.waited)
 }
 
@@ -514,8 +518,8 @@ func (p *Process) failed(stepName string, cause error) error {
 	if errors.Is(cause, io.EOF) {
 		msg = "init exited without a report"
 	}
-	if p.state != nil {
-		msg += " (" + p.state.String() + ")"
+	if p.status != nil {
+		msg += " (" + describeStatus(*p.status) + ")"
 	}
 	return &StepError{Step: stepName, Msg: msg}
 }
@@ -565,14 +569,29 @@ func (p *Process) Wait() (Exit, error) {
 		return Exit{Code: r.Code}, nil
 	}
 	// No report: init itself was killed (timeout, SIGKILL from outside).
-	if p.state == nil {
+	if p.status == nil {
 		return Exit{}, fmt.Errorf("nsinit: wait: %v", p.err)
 	}
-	ws := p.state.Sys().(syscall.WaitStatus)
+	ws := *p.status
 	if ws.Signaled() {
 		return Exit{Code: 128 + int(ws.Signal()), Signal: int(ws.Signal())}, nil
 	}
 	return Exit{Code: ws.ExitStatus()}, nil
+}
+
+// describeStatus says how a process ended, as os.ProcessState would.
+func describeStatus(ws syscall.WaitStatus) string {
+	switch {
+	case ws.Exited():
+		return "exit status " + strconv.Itoa(ws.ExitStatus())
+	case ws.Signaled():
+		s := "signal: " + ws.Signal().String()
+		if ws.CoreDump() {
+			s += " (core dumped)"
+		}
+		return s
+	}
+	return fmt.Sprintf("wait status %#x", uint32(ws))
 }
 
 // clampRlimits lowers requests above the hard limit this process holds:

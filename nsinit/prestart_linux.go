@@ -183,8 +183,7 @@ func adoptPrestart(cfg *Config, pre cinit.Prestart, awaitProg func() (*seccomp.P
 	p := &Process{pid: pre.Pid, sock: os.NewFile(uintptr(pre.Sock), "sync-parent"), waited: make(chan struct{}), inCgroup: true, prestart: PrestartHit}
 	// Its parent death signal follows the main thread, which lives as long
 	// as the process: no locked thread has to wait for it.
-	proc, err := os.FindProcess(p.pid)
-	go p.awaitExit(proc, err, nil)
+	go p.awaitExit(nil)
 	prog, err := awaitProg()
 	if err != nil {
 		p.Kill()
