@@ -23,10 +23,17 @@ type Options struct {
 	Stderr io.Writer
 	// Signals, when set, are forwarded to the sandboxed command.
 	Signals <-chan os.Signal
+	// ForwardSignals are forwarded to the sandboxed command whenever they
+	// reach this process, from before the command starts until it ends;
+	// the caller hooks nothing. On Linux (cgo builds) this takes
+	// process-wide signal handlers instead of os/signal's thread and
+	// per-signal hand-offs, so one such Run per process may be running
+	// at a time (a second fails with a SetupError). Set this or Signals,
+	// not both.
+	ForwardSignals []os.Signal
 	// StartAfter, when set, holds the command's start until it is closed
-	// (or ctx is done); the sandbox is built meanwhile. The CLI closes it
-	// once its signal forwarding is in place, which it sets up in
-	// parallel with the spawn.
+	// (or ctx is done); the sandbox is built meanwhile, so a caller can
+	// set up what the command needs (signal hooks, say) in parallel.
 	StartAfter <-chan struct{}
 	// Warn receives one-line warnings (clamped rlimits, weaker modes).
 	Warn func(msg string)

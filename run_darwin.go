@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
 	"time"
 
@@ -68,11 +69,25 @@ func prepareDarwin(p *Policy, opts Options, warn func(string)) (*darwin.Launch, 
 	if err != nil {
 		return nil, nil, &SetupError{Step: "environment", Err: err}
 	}
+	if len(opts.ForwardSignals) > 0 && opts.Signals != nil {
+		return nil, nil, &SetupError{Step: "signals", Err: errors.New("set Options.Signals or Options.ForwardSignals, not both")}
+	}
 	tmp, err := os.MkdirTemp("", "agentrun-")
 	if err != nil {
 		return nil, nil, &SetupError{Step: "temporary directory", Err: err}
 	}
 	cleanup := func() { _ = os.RemoveAll(tmp) }
+	sigs := opts.Signals
+	if len(opts.ForwardSignals) > 0 {
+		// os/signal here: Seatbelt's child is supervised from Go anyway.
+		ch := make(chan os.Signal, 8)
+		signal.Notify(ch, opts.ForwardSignals...)
+		sigs = ch
+		cleanup = func() {
+			signal.Stop(ch)
+			_ = os.RemoveAll(tmp)
+		}
+	}
 	prof, err := darwinProfile(p, ws, tmp, mounts, opts)
 	if err != nil {
 		return nil, cleanup, err
@@ -84,7 +99,7 @@ func prepareDarwin(p *Policy, opts Options, warn func(string)) (*darwin.Launch, 
 		Profile: prof, Argv: p.Command, Env: darwin.Environ(env, tmp), Dir: ws,
 		Stdio: darwin.Stdio{In: opts.Stdin, Out: opts.Stdout, Err: opts.Stderr},
 		Supervision: darwin.Supervision{
-			Timeout: time.Duration(p.Timeout), Signals: opts.Signals, Drain: darwin.DefaultOutputDrain,
+			Timeout: time.Duration(p.Timeout), Signals: sigs, Drain: darwin.DefaultOutputDrain,
 		},
 		Collect: true, CollectDrain: darwin.DefaultCollectDrain,
 	}, cleanup, nil

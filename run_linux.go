@@ -124,6 +124,22 @@ func sandboxCgroup(spec *specs.Spec, limitsOnly bool) (*cgroups.Cgroup, error) {
 	return cg, err
 }
 
+// forwardedSignals checks Options.ForwardSignals for nsinit.
+func forwardedSignals(opts Options) ([]syscall.Signal, error) {
+	if len(opts.ForwardSignals) > 0 && opts.Signals != nil {
+		return nil, &SetupError{Step: "signals", Err: errors.New("set Options.Signals or Options.ForwardSignals, not both")}
+	}
+	sigs := make([]syscall.Signal, 0, len(opts.ForwardSignals))
+	for _, s := range opts.ForwardSignals {
+		sig, ok := s.(syscall.Signal)
+		if !ok || sig == syscall.SIGKILL || sig == syscall.SIGSTOP {
+			return nil, &SetupError{Step: "signals", Err: fmt.Errorf("cannot forward %v", s)}
+		}
+		sigs = append(sigs, sig)
+	}
+	return sigs, nil
+}
+
 // memoryLimited: the spec sets a memory limit, whose OOM kills Stats tells.
 func memoryLimited(spec *specs.Spec) bool {
 	if spec.Linux == nil || spec.Linux.Resources == nil || spec.Linux.Resources.Memory == nil {
@@ -139,6 +155,10 @@ func syscallViolation(e seccomp.Event) Violation {
 
 // RunSpec executes a compiled Spec. start is when the caller began timing.
 func RunSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts Options, start time.Time) (*Result, error) {
+	fwd, err := forwardedSignals(opts)
+	if err != nil {
+		return nil, err
+	}
 	// The cgroup is made while nsinit prepares the mounts; the clone waits
 	// for it (CgroupReady).
 	type made struct {
@@ -180,7 +200,7 @@ func RunSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 	cfg := &nsinit.Config{
 		Spec: spec, Stdin: opts.Stdin, Stdout: opts.Stdout, Stderr: opts.Stderr,
 		Warn: opts.Warn, UsernsBlocker: probe.UsernsBlockerFor,
-		SeccompCache: opts.SeccompCache,
+		SeccompCache: opts.SeccompCache, ForwardSignals: fwd,
 		// Every start path asks for the placement before it lets the
 		// command start, so StartAfter is waited for here too.
 		CgroupReady: func() (*nsinit.CgroupPlacement, error) {

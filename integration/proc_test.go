@@ -272,6 +272,9 @@ func TestSignalsReachCommand(t *testing.T) {
 		{syscall.SIGINT, "INT", 43},
 		{syscall.SIGHUP, "HUP", 44},
 		{syscall.SIGUSR1, "USR1", 45},
+		{syscall.SIGUSR2, "USR2", 46},
+		{syscall.SIGQUIT, "QUIT", 47},
+		{syscall.SIGWINCH, "WINCH", 48},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -292,6 +295,29 @@ while :; do sleep 0.1; done`, tc.name, tc.code, tc.name)
 			}
 		})
 	}
+	// The sandbox's init started by the constructor from a cached plan
+	// (a prestart hit) is released on another path: signals must reach
+	// its command just the same.
+	t.Run("TERM on a prestart hit", func(t *testing.T) {
+		cfg := prestartCaller(t)
+		cfg.ws = newWorkspace(t)
+		res := filepath.Join(tempDir(t), "result.json")
+		cfg.flags = []string{"--result", res}
+		warmPrestart(t, cfg, res, "warming the cache")
+		cfg.guard = 20 * time.Second
+		run := startSpawn(t, cfg, "/bin/sh", "-c", `trap 'echo got-TERM > /workspace/trapped; exit 42' TERM
+echo ready > /workspace/ready
+while :; do sleep 0.1; done`)
+		waitForFile(t, filepath.Join(cfg.ws, "ready"), 10*time.Second)
+		if err := syscall.Kill(run.pid(), syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		r := run.wait()
+		mustExit(t, r, 42, "command trapping SIGTERM, started from a cached plan")
+		if got := readResult(t, res, r); got.Prestart != "hit" && got.Limits != "cgroup-v2" {
+			t.Errorf("prestart %q, want hit", got.Prestart)
+		}
+	})
 	t.Run("untrapped TERM kills with 143", func(t *testing.T) {
 		t.Parallel()
 		ws := newWorkspace(t)

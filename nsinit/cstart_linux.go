@@ -159,6 +159,9 @@ func startC(cfg *Config) (*Process, error) {
 	if err != nil {
 		return abort(err)
 	}
+	if err := p.forward(cfg.ForwardSignals); err != nil {
+		return abort(err)
+	}
 	p.prog, p.onViolation = prog, cfg.OnViolation
 	// A write error means the child is gone; its report says why.
 	_, werr := parentSock.Write(release)
@@ -225,6 +228,7 @@ func (p *Process) runC(plan *cinit.Plan, std *stdio, release func(pid int) error
 		return
 	}
 	p.pid = pid
+	p.openPidfd()
 	if release != nil {
 		if err := release(pid); err != nil {
 			var pe *postCloneError
@@ -257,6 +261,7 @@ func (p *Process) awaitExit(std *stdio) {
 		}
 		break
 	}
+	p.markReaped()
 	if std != nil {
 		if err := std.wait(); p.err == nil {
 			p.err = err

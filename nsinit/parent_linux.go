@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -49,7 +50,18 @@ type Config struct {
 	// Backend selects the init: BackendC or BackendGo; "" is
 	// DefaultBackend. The AGENTRUN_INIT environment variable overrides it.
 	Backend string
+	// ForwardSignals are sent on to the init whenever they reach this
+	// process, from before the command starts until the init is reaped.
+	// In cgo builds the handlers are process-wide C handlers that replace
+	// the Go runtime's for these signals, with no os/signal machinery, so
+	// one Process of a program at a time may forward: Start fails with
+	// ErrForwarding for a second. Other builds use os/signal.
+	ForwardSignals []syscall.Signal
 }
+
+// ErrForwarding: another Process of this program forwards its signals
+// (Config.ForwardSignals).
+var ErrForwarding = errors.New("nsinit: this process already forwards its signals to another sandbox")
 
 // placement is the cgroup placement, waiting for CgroupReady if set.
 func (cfg *Config) placement() (*CgroupPlacement, error) {
@@ -110,6 +122,65 @@ type Process struct {
 	// prestart is what became of the CLI's prestart (PrestartHit...), or
 	// "" when there was none.
 	prestart string
+
+	// fwdMu orders signals and the forwarding's start and stop against
+	// the reaping: nothing is sent to the pid, or through the pidfd,
+	// once the init is reaped.
+	fwdMu    sync.Mutex
+	pidfd    int  // a pidfd of the init, when hasPidfd
+	hasPidfd bool // opened before anything could reap the init
+	reaped   bool
+	stopFwd  func() // set while ForwardSignals are forwarded
+}
+
+// openPidfd opens a pidfd for the init, which must not be reaped yet. A
+// kernel without pidfds (before 5.3) leaves signals going to the pid.
+func (p *Process) openPidfd() {
+	if fd, err := unix.PidfdOpen(p.pid, 0); err == nil {
+		p.pidfd, p.hasPidfd = fd, true
+	}
+}
+
+// forward starts forwarding sigs to the init; the first step of every
+// release, so a signal that arrives once the command runs reaches it.
+func (p *Process) forward(sigs []syscall.Signal) error {
+	if len(sigs) == 0 {
+		return nil
+	}
+	p.fwdMu.Lock()
+	defer p.fwdMu.Unlock()
+	if p.reaped || p.stopFwd != nil {
+		return nil
+	}
+	fd := -1
+	if p.hasPidfd {
+		fd = p.pidfd
+	}
+	stop, err := forwardSignals(p, fd, sigs)
+	if errors.Is(err, ErrForwarding) {
+		return err
+	}
+	if err != nil {
+		return &StepError{Step: "signals", Msg: err.Error()}
+	}
+	p.stopFwd = stop
+	return nil
+}
+
+// markReaped ends the forwarding and closes the pidfd once the init has
+// been reaped.
+func (p *Process) markReaped() {
+	p.fwdMu.Lock()
+	defer p.fwdMu.Unlock()
+	if p.stopFwd != nil {
+		p.stopFwd()
+		p.stopFwd = nil
+	}
+	if p.hasPidfd {
+		unix.Close(p.pidfd)
+		p.hasPidfd = false
+	}
+	p.reaped = true
 }
 
 // Prestart reports whether this sandbox's init was started before the Go
@@ -189,6 +260,11 @@ func Start(cfg *Config) (*Process, error) {
 		return nil, err
 	}
 
+	if err := p.forward(cfg.ForwardSignals); err != nil {
+		p.Kill()
+		p.wait()
+		return nil, err
+	}
 	p.prog, p.onViolation = prog, cfg.OnViolation
 	c := &config{Spec: spec, Prepared: prep.childFDs}
 	if prog != nil {
@@ -308,8 +384,10 @@ func (p *Process) run(cmd *exec.Cmd, started chan<- error) {
 		return
 	}
 	p.pid = cmd.Process.Pid
+	p.openPidfd()
 	started <- nil
 	p.err = cmd.Wait()
+	p.markReaped()
 	if cmd.ProcessState != nil {
 		ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
 		p.status = &ws
@@ -535,6 +613,14 @@ func (p *Process) Signal(sig syscall.Signal) error {
 	case <-p.waited:
 		return os.ErrProcessDone
 	default:
+	}
+	p.fwdMu.Lock()
+	defer p.fwdMu.Unlock()
+	switch {
+	case p.reaped || p.pid <= 0:
+		return os.ErrProcessDone
+	case p.hasPidfd:
+		return unix.PidfdSendSignal(p.pidfd, sig, nil, 0)
 	}
 	return unix.Kill(p.pid, sig)
 }

@@ -183,6 +183,7 @@ func adoptPrestart(cfg *Config, pre cinit.Prestart, awaitProg func() (*seccomp.P
 	p := &Process{pid: pre.Pid, sock: os.NewFile(uintptr(pre.Sock), "sync-parent"), waited: make(chan struct{}), inCgroup: true, prestart: PrestartHit}
 	// Its parent death signal follows the main thread, which lives as long
 	// as the process: no locked thread has to wait for it.
+	p.openPidfd()
 	go p.awaitExit(nil)
 	prog, err := awaitProg()
 	if err != nil {
@@ -203,6 +204,11 @@ func adoptPrestart(cfg *Config, pre cinit.Prestart, awaitProg func() (*seccomp.P
 			fds[i] = int(f.Fd())
 		}
 		oob = unix.UnixRights(fds...)
+	}
+	if err := p.forward(cfg.ForwardSignals); err != nil {
+		p.Kill()
+		p.wait()
+		return nil, err
 	}
 	p.prog, p.onViolation = prog, cfg.OnViolation
 	werr := unix.Sendmsg(pre.Sock, release, oob, nil, 0)

@@ -141,6 +141,19 @@ int ar_start(const struct ar_plan *plan);
 int ar_userns_holder(int pipe_rd, void *stack, size_t stack_size);
 
 /*
+ * Signal forwarding (sigfwd.c). ar_sigfwd_start installs a handler for
+ * each of sigs (SA_ONSTACK | SA_RESTART, as handlers in a Go program must
+ * have) that sends the signal on to pidfd, or to pid when pidfd is -1 (a
+ * kernel without pidfds: then pid must not be reaped while forwarding).
+ * It saves the handlers it replaces; ar_sigfwd_stop puts them back and
+ * returns once no handler can still use pidfd, which the caller may then
+ * close. One forwarding per process at a time: -EBUSY otherwise.
+ */
+#define AR_SIGFWD_MAX 16
+int ar_sigfwd_start(int pidfd, int pid, const int *sigs, int n);
+int ar_sigfwd_stop(void); /* 1: a forwarding was active */
+
+/*
  * Prestart. The CLI's process starts the init before the Go runtime does,
  * from a plan an earlier spawn with the same flags, directory and ids
  * cached as an image, so that the sandbox's namespaces and root are built

@@ -200,6 +200,35 @@ func UsernsHolder(pipeRead int) (pid int, reaped func(), err error) {
 	return int(r), func() { _ = unix.Munmap(stack) }, nil
 }
 
+// ErrForwarding is returned by ForwardSignals while another forwarding of
+// this process is active.
+var ErrForwarding = errors.New("cinit: this process already forwards its signals to a sandbox")
+
+// ForwardSignals sends sigs, whenever they reach this process, on to the
+// process pidfd refers to (pid when pidfd is -1), through handlers that
+// replace Go's for these signals until StopForwarding. There is one
+// forwarding per process.
+func ForwardSignals(pidfd, pid int, sigs []syscall.Signal) error {
+	cs := make([]C.int, len(sigs))
+	for i, s := range sigs {
+		cs[i] = C.int(s)
+	}
+	if len(cs) == 0 {
+		return errors.New("cinit: no signals to forward")
+	}
+	switch r := C.ar_sigfwd_start(C.int(pidfd), C.int(pid), &cs[0], C.int(len(cs))); {
+	case r == -C.int(unix.EBUSY):
+		return ErrForwarding
+	case r < 0:
+		return fmt.Errorf("cinit: forward signals: %w", unix.Errno(-r))
+	}
+	return nil
+}
+
+// StopForwarding puts Go's handlers back. Once it returns, no handler uses
+// the pidfd given to ForwardSignals any more.
+func StopForwarding() { _ = C.ar_sigfwd_stop() }
+
 // validate checks the plan (but for its command, which an image leaves
 // out) and returns every string it holds.
 func (p *Plan) validate() ([]string, error) {
