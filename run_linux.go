@@ -4,10 +4,9 @@ package agentrun
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
@@ -108,9 +107,10 @@ func sandboxCgroup(spec *specs.Spec, limitsOnly bool) (*cgroups.Cgroup, error) {
 		r.Pids = &specs.LinuxPids{Limit: &limit}
 		res = &r
 	}
-	var idb [8]byte
-	_, _ = rand.Read(idb[:])
-	id := fmt.Sprintf("sbx-%d-%s", os.Getpid(), hex.EncodeToString(idb[:]))
+	// The id only has to be unique (mkdir and the state record refuse a
+	// taken one): math/rand's generator, seeded by the runtime, costs no
+	// system call, where crypto/rand's first use sets up per-thread state.
+	id := fmt.Sprintf("sbx-%d-%016x", os.Getpid(), rand.Uint64())
 	cg, err := mgr.Create(id, res)
 	var unusable *cgroups.UnusableError
 	if err != nil && errors.As(err, &unusable) && res != requested {
