@@ -58,6 +58,11 @@ func owner(path string) (int, int, error) {
 // returns a Result whatever its status.
 func Run(ctx context.Context, p *Policy, opts Options) (*Result, error) {
 	start := time.Now()
+	fw, err := forwarder(opts)
+	if err != nil {
+		return nil, err
+	}
+	defer fw.Stop()
 	host, err := NewHostInfo(p)
 	if err != nil {
 		return nil, &SetupError{Step: "workspace", Err: err}
@@ -66,7 +71,33 @@ func Run(ctx context.Context, p *Policy, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, &SetupError{Step: "policy", Err: err}
 	}
-	return RunSpec(ctx, spec, time.Duration(p.Timeout), opts, start)
+	return runSpec(ctx, spec, time.Duration(p.Timeout), opts, start, fw)
+}
+
+// forwarder takes over Options.ForwardSignals for the whole spawn, so a
+// signal that arrives while the sandbox is built is held for the command
+// instead of ending this process. Nil (whose Stop does nothing) when
+// there are none.
+func forwarder(opts Options) (*nsinit.Forwarder, error) {
+	if len(opts.ForwardSignals) == 0 {
+		return nil, nil
+	}
+	if opts.Signals != nil {
+		return nil, &SetupError{Step: "signals", Err: errors.New("set Options.Signals or Options.ForwardSignals, not both")}
+	}
+	sigs := make([]syscall.Signal, 0, len(opts.ForwardSignals))
+	for _, s := range opts.ForwardSignals {
+		sig, ok := s.(syscall.Signal)
+		if !ok {
+			return nil, &SetupError{Step: "signals", Err: fmt.Errorf("cannot forward %v", s)}
+		}
+		sigs = append(sigs, sig)
+	}
+	fw, err := nsinit.ForwardSignals(sigs)
+	if err != nil {
+		return nil, &SetupError{Step: "signals", Err: err}
+	}
+	return fw, nil
 }
 
 // sandboxCgroup creates the sandbox's cgroup. Requested limits that this
@@ -124,22 +155,6 @@ func sandboxCgroup(spec *specs.Spec, limitsOnly bool) (*cgroups.Cgroup, error) {
 	return cg, err
 }
 
-// forwardedSignals checks Options.ForwardSignals for nsinit.
-func forwardedSignals(opts Options) ([]syscall.Signal, error) {
-	if len(opts.ForwardSignals) > 0 && opts.Signals != nil {
-		return nil, &SetupError{Step: "signals", Err: errors.New("set Options.Signals or Options.ForwardSignals, not both")}
-	}
-	sigs := make([]syscall.Signal, 0, len(opts.ForwardSignals))
-	for _, s := range opts.ForwardSignals {
-		sig, ok := s.(syscall.Signal)
-		if !ok || sig == syscall.SIGKILL || sig == syscall.SIGSTOP {
-			return nil, &SetupError{Step: "signals", Err: fmt.Errorf("cannot forward %v", s)}
-		}
-		sigs = append(sigs, sig)
-	}
-	return sigs, nil
-}
-
 // memoryLimited: the spec sets a memory limit, whose OOM kills Stats tells.
 func memoryLimited(spec *specs.Spec) bool {
 	if spec.Linux == nil || spec.Linux.Resources == nil || spec.Linux.Resources.Memory == nil {
@@ -155,10 +170,15 @@ func syscallViolation(e seccomp.Event) Violation {
 
 // RunSpec executes a compiled Spec. start is when the caller began timing.
 func RunSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts Options, start time.Time) (*Result, error) {
-	fwd, err := forwardedSignals(opts)
+	fw, err := forwarder(opts)
 	if err != nil {
 		return nil, err
 	}
+	defer fw.Stop()
+	return runSpec(ctx, spec, timeout, opts, start, fw)
+}
+
+func runSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts Options, start time.Time, fw *nsinit.Forwarder) (*Result, error) {
 	// The cgroup is made while nsinit prepares the mounts; the clone waits
 	// for it (CgroupReady).
 	type made struct {
@@ -200,7 +220,7 @@ func RunSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 	cfg := &nsinit.Config{
 		Spec: spec, Stdin: opts.Stdin, Stdout: opts.Stdout, Stderr: opts.Stderr,
 		Warn: opts.Warn, UsernsBlocker: probe.UsernsBlockerFor,
-		SeccompCache: opts.SeccompCache, ForwardSignals: fwd,
+		SeccompCache: opts.SeccompCache, Forwarder: fw,
 		// Every start path asks for the placement before it lets the
 		// command start, so StartAfter is waited for here too.
 		CgroupReady: func() (*nsinit.CgroupPlacement, error) {

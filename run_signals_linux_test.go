@@ -1,4 +1,4 @@
-//go:build linux
+//go:build linux && cgo
 
 package agentrun
 
@@ -30,6 +30,36 @@ func background(ctx context.Context, p *Policy, opts Options) <-chan ran {
 type ran struct {
 	res *Result
 	err error
+}
+
+// await waits for a background Run (a hang guard, not a timing
+// assertion).
+func await(t *testing.T, done <-chan ran) ran {
+	t.Helper()
+	select {
+	case r := <-done:
+		return r
+	case <-time.After(30 * time.Second):
+		t.Fatal("hang guard: Run did not return")
+	}
+	return ran{}
+}
+
+// expectGoHandler checks that the Go runtime handles sig again: an
+// os/signal channel receives it.
+func expectGoHandler(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, sig)
+	defer signal.Stop(ch)
+	if err := syscall.Kill(os.Getpid(), sig); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("hang guard: after Run, %v never reached os/signal: the Go handler was not put back", sig)
+	}
 }
 
 // skipWithoutSandbox skips when the host cannot build a sandbox at all.
@@ -77,29 +107,53 @@ func TestForwardSignals(t *testing.T) {
 			if err := syscall.Kill(os.Getpid(), syscall.SIGUSR1); err != nil {
 				t.Fatal(err)
 			}
-			var r ran
-			select {
-			case r = <-done:
-			case <-time.After(20 * time.Second):
-				t.Fatal("hang guard: the forwarded SIGUSR1 did not end the command")
-			}
+			r := await(t, done)
 			if r.err != nil || r.res.ExitCode != 45 {
 				t.Fatalf("want exit 45 from the trap, got %+v %v", r.res, r.err)
 			}
 
-			ch := make(chan os.Signal, 1)
-			signal.Notify(ch, syscall.SIGUSR1)
-			defer signal.Stop(ch)
-			if err := syscall.Kill(os.Getpid(), syscall.SIGUSR1); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case <-ch:
-			case <-time.After(20 * time.Second):
-				t.Fatal("hang guard: after Run, SIGUSR1 never reached os/signal: the Go handler was not put back")
-			}
+			expectGoHandler(t, syscall.SIGUSR1)
 		})
 	}
+}
+
+// TestForwardSignalsHeld: a signal that arrives while the sandbox is
+// still being built (here: held at StartAfter) neither ends this process
+// nor is lost: it reaches the command once it runs, which it kills
+// (SIGUSR1's default). Duplicates in the list are merged, and the list is
+// put back afterwards.
+func TestForwardSignalsHeld(t *testing.T) {
+	for _, b := range []string{nsinit.BackendC, nsinit.BackendGo} {
+		t.Run(b, func(t *testing.T) {
+			t.Setenv(nsinit.BackendEnv, b)
+			testForwardSignalsHeld(t)
+		})
+	}
+}
+
+func testForwardSignalsHeld(t *testing.T) {
+	cache := &seccomp.Cache{}
+	ws := t.TempDir()
+	p := &Policy{Workspace: ws, Command: []string{"/bin/sh", "-c", "echo > /workspace/ran; sleep 5; exit 0"}}
+	gate := make(chan struct{})
+	done := background(context.Background(), p, Options{SeccompCache: cache, StartAfter: gate,
+		ForwardSignals: []os.Signal{syscall.SIGUSR1, syscall.SIGUSR1, os.Interrupt, syscall.SIGINT}})
+	// Not a timing assertion: the build waits at the gate however long
+	// this takes.
+	time.Sleep(200 * time.Millisecond)
+	if err := syscall.Kill(os.Getpid(), syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	close(gate)
+	r := await(t, done)
+	skipWithoutSandbox(t, r.err)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.res.Signal != int(syscall.SIGUSR1) || r.res.ExitCode != 128+int(syscall.SIGUSR1) {
+		t.Fatalf("the held SIGUSR1 did not reach the command: %+v", r.res)
+	}
+	expectGoHandler(t, syscall.SIGINT)
 }
 
 // TestForwardSignalsOneAtATime: the handlers are process-wide, so a
@@ -139,5 +193,11 @@ func TestForwardSignalsOneAtATime(t *testing.T) {
 	var se *SetupError
 	if !errors.As(err, &se) || !strings.Contains(err.Error(), "not both") {
 		t.Errorf("Signals and ForwardSignals together: %v, want a setup error", err)
+	}
+	// The runtime's own signals stay the runtime's.
+	for _, s := range []syscall.Signal{syscall.SIGURG, syscall.SIGSEGV, syscall.SIGCHLD, syscall.SIGKILL} {
+		if _, err := Run(context.Background(), second, Options{SeccompCache: cache, ForwardSignals: []os.Signal{s}}); !errors.As(err, &se) || se.Step != "signals" {
+			t.Errorf("forwarding %v: %v, want a setup error", s, err)
+		}
 	}
 }

@@ -50,18 +50,12 @@ type Config struct {
 	// Backend selects the init: BackendC or BackendGo; "" is
 	// DefaultBackend. The AGENTRUN_INIT environment variable overrides it.
 	Backend string
-	// ForwardSignals are sent on to the init whenever they reach this
-	// process, from before the command starts until the init is reaped.
-	// In cgo builds the handlers are process-wide C handlers that replace
-	// the Go runtime's for these signals, with no os/signal machinery, so
-	// one Process of a program at a time may forward: Start fails with
-	// ErrForwarding for a second. Other builds use os/signal.
-	ForwardSignals []syscall.Signal
+	// Forwarder, when set, sends the signals it hooked on to the init
+	// once the command has started (those that came earlier are sent
+	// then), until the init is reaped (later ones are swallowed until
+	// the caller stops it). ForwardSignals makes one.
+	Forwarder *Forwarder
 }
-
-// ErrForwarding: another Process of this program forwards its signals
-// (Config.ForwardSignals).
-var ErrForwarding = errors.New("nsinit: this process already forwards its signals to another sandbox")
 
 // placement is the cgroup placement, waiting for CgroupReady if set.
 func (cfg *Config) placement() (*CgroupPlacement, error) {
@@ -123,14 +117,14 @@ type Process struct {
 	// "" when there was none.
 	prestart string
 
-	// fwdMu orders signals and the forwarding's start and stop against
-	// the reaping: nothing is sent to the pid, or through the pidfd,
-	// once the init is reaped.
+	// fwdMu orders signals and the forwarder's attach and detach against
+	// the reaping: nothing is sent to the pid, or through the pidfd, once
+	// the init is marked reaped.
 	fwdMu    sync.Mutex
 	pidfd    int  // a pidfd of the init, when hasPidfd
 	hasPidfd bool // opened before anything could reap the init
 	reaped   bool
-	stopFwd  func() // set while ForwardSignals are forwarded
+	fw       *Forwarder // Config.Forwarder, attached once the command runs
 }
 
 // openPidfd opens a pidfd for the init, which must not be reaped yet. A
@@ -141,40 +135,29 @@ func (p *Process) openPidfd() {
 	}
 }
 
-// forward starts forwarding sigs to the init; the first step of every
-// release, so a signal that arrives once the command runs reaches it.
-func (p *Process) forward(sigs []syscall.Signal) error {
-	if len(sigs) == 0 {
-		return nil
-	}
+// attachForwarder points the Forwarder at the init once the command has
+// started: a Go init hooks its own signals only shortly before that, and
+// a signal that reached it earlier would end it.
+func (p *Process) attachForwarder() {
 	p.fwdMu.Lock()
 	defer p.fwdMu.Unlock()
-	if p.reaped || p.stopFwd != nil {
-		return nil
+	if p.fw == nil || p.reaped {
+		return
 	}
 	fd := -1
 	if p.hasPidfd {
 		fd = p.pidfd
 	}
-	stop, err := forwardSignals(p, fd, sigs)
-	if errors.Is(err, ErrForwarding) {
-		return err
-	}
-	if err != nil {
-		return &StepError{Step: "signals", Msg: err.Error()}
-	}
-	p.stopFwd = stop
-	return nil
+	p.fw.attach(fd, p.pid, p.Signal)
 }
 
-// markReaped ends the forwarding and closes the pidfd once the init has
-// been reaped.
+// markReaped ends the forwarding to the init and closes its pidfd: the
+// init has exited, and is reaped or about to be.
 func (p *Process) markReaped() {
 	p.fwdMu.Lock()
 	defer p.fwdMu.Unlock()
-	if p.stopFwd != nil {
-		p.stopFwd()
-		p.stopFwd = nil
+	if p.fw != nil {
+		p.fw.detach()
 	}
 	if p.hasPidfd {
 		unix.Close(p.pidfd)
@@ -260,11 +243,7 @@ func Start(cfg *Config) (*Process, error) {
 		return nil, err
 	}
 
-	if err := p.forward(cfg.ForwardSignals); err != nil {
-		p.Kill()
-		p.wait()
-		return nil, err
-	}
+	p.fw = cfg.Forwarder
 	p.prog, p.onViolation = prog, cfg.OnViolation
 	c := &config{Spec: spec, Prepared: prep.childFDs}
 	if prog != nil {
@@ -307,6 +286,7 @@ func (p *Process) awaitStarted(writeErr error) (*Process, error) {
 		p.Kill()
 		return nil, p.failed("sync", fmt.Errorf("unexpected report %q", r.Type))
 	}
+	p.attachForwarder()
 	return p, nil
 }
 
@@ -620,7 +600,13 @@ func (p *Process) Signal(sig syscall.Signal) error {
 	case p.reaped || p.pid <= 0:
 		return os.ErrProcessDone
 	case p.hasPidfd:
-		return unix.PidfdSendSignal(p.pidfd, sig, nil, 0)
+		err := unix.PidfdSendSignal(p.pidfd, sig, nil, 0)
+		if err != unix.ENOSYS && err != unix.EPERM {
+			return err
+		}
+		// Refused by the kernel or an outer filter: the pid is still
+		// the init's (the C init is reaped after markReaped; the Go
+		// init's reaping by os/exec leaves a window here).
 	}
 	return unix.Kill(p.pid, sig)
 }

@@ -205,11 +205,7 @@ func adoptPrestart(cfg *Config, pre cinit.Prestart, awaitProg func() (*seccomp.P
 		}
 		oob = unix.UnixRights(fds...)
 	}
-	if err := p.forward(cfg.ForwardSignals); err != nil {
-		p.Kill()
-		p.wait()
-		return nil, err
-	}
+	p.fw = cfg.Forwarder
 	p.prog, p.onViolation = prog, cfg.OnViolation
 	werr := unix.Sendmsg(pre.Sock, release, oob, nil, 0)
 	return p.awaitStarted(werr)

@@ -9,15 +9,21 @@ import (
 	"github.com/agentrun/agentrun/nsinit/internal/cinit"
 )
 
-// forwardSignals installs C handlers that send sigs on through pidfd (the
-// pid when it is -1): no thread, and no round trip to one, as os/signal
-// would need.
-func forwardSignals(p *Process, pidfd int, sigs []syscall.Signal) (func(), error) {
-	if err := cinit.ForwardSignals(pidfd, p.pid, sigs); err != nil {
+// cForwarding is the C handlers of sigfwd.c.
+type cForwarding struct{}
+
+func installForwarding(sigs []syscall.Signal) (forwarding, error) {
+	if err := cinit.InstallForwarding(sigs); err != nil {
 		if errors.Is(err, cinit.ErrForwarding) {
 			return nil, ErrForwarding
 		}
 		return nil, err
 	}
-	return cinit.StopForwarding, nil
+	return cForwarding{}, nil
 }
+
+func (cForwarding) attach(pidfd, pid int, _ func(syscall.Signal) error) {
+	cinit.AttachForwarding(pidfd, pid)
+}
+func (cForwarding) detach()    { cinit.DetachForwarding() }
+func (cForwarding) uninstall() { cinit.UninstallForwarding() }

@@ -141,17 +141,22 @@ int ar_start(const struct ar_plan *plan);
 int ar_userns_holder(int pipe_rd, void *stack, size_t stack_size);
 
 /*
- * Signal forwarding (sigfwd.c). ar_sigfwd_start installs a handler for
- * each of sigs (SA_ONSTACK | SA_RESTART, as handlers in a Go program must
- * have) that sends the signal on to pidfd, or to pid when pidfd is -1 (a
- * kernel without pidfds: then pid must not be reaped while forwarding).
- * It saves the handlers it replaces; ar_sigfwd_stop puts them back and
- * returns once no handler can still use pidfd, which the caller may then
- * close. One forwarding per process at a time: -EBUSY otherwise.
+ * Signal forwarding (sigfwd.c). ar_sigfwd_install replaces the handlers
+ * of sigs (distinct, catchable, at most AR_SIGFWD_MAX) with one that sends
+ * each signal to the target (SA_ONSTACK | SA_RESTART, as handlers in a Go
+ * program must have), and saves the old ones; -EBUSY while another
+ * forwarding of this process is installed. Until ar_sigfwd_attach names a
+ * target (a pidfd; or the pid, pidfd -1, on a kernel without pidfds) the
+ * signals are recorded and sent on there. ar_sigfwd_detach drops the
+ * target, after which signals are swallowed, and returns once no handler
+ * can still use it: the caller may then close the pidfd (or reap the
+ * pid). ar_sigfwd_uninstall puts the saved handlers back.
  */
 #define AR_SIGFWD_MAX 16
-int ar_sigfwd_start(int pidfd, int pid, const int *sigs, int n);
-int ar_sigfwd_stop(void); /* 1: a forwarding was active */
+int ar_sigfwd_install(const int *sigs, int n);
+void ar_sigfwd_attach(int pidfd, int pid);
+int ar_sigfwd_detach(void); /* 0 */
+int ar_sigfwd_uninstall(void); /* 1: a forwarding was installed */
 
 /*
  * Prestart. The CLI's process starts the init before the Go runtime does,

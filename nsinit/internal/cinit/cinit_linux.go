@@ -200,34 +200,41 @@ func UsernsHolder(pipeRead int) (pid int, reaped func(), err error) {
 	return int(r), func() { _ = unix.Munmap(stack) }, nil
 }
 
-// ErrForwarding is returned by ForwardSignals while another forwarding of
-// this process is active.
+// ErrForwarding is returned by InstallForwarding while another forwarding
+// of this process is installed.
 var ErrForwarding = errors.New("cinit: this process already forwards its signals to a sandbox")
 
-// ForwardSignals sends sigs, whenever they reach this process, on to the
-// process pidfd refers to (pid when pidfd is -1), through handlers that
-// replace Go's for these signals until StopForwarding. There is one
+// InstallForwarding replaces the Go runtime's handlers of sigs (distinct,
+// catchable) with ones that send each signal on to the target that
+// AttachForwarding names, and record it until then. There is one
 // forwarding per process.
-func ForwardSignals(pidfd, pid int, sigs []syscall.Signal) error {
+func InstallForwarding(sigs []syscall.Signal) error {
+	if len(sigs) == 0 {
+		return errors.New("cinit: no signals to forward")
+	}
 	cs := make([]C.int, len(sigs))
 	for i, s := range sigs {
 		cs[i] = C.int(s)
 	}
-	if len(cs) == 0 {
-		return errors.New("cinit: no signals to forward")
-	}
-	switch r := C.ar_sigfwd_start(C.int(pidfd), C.int(pid), &cs[0], C.int(len(cs))); {
+	switch r := C.ar_sigfwd_install(&cs[0], C.int(len(cs))); {
 	case r == -C.int(unix.EBUSY):
 		return ErrForwarding
 	case r < 0:
-		return fmt.Errorf("cinit: forward signals: %w", unix.Errno(-r))
+		return fmt.Errorf("cinit: forward signals %v: %w", sigs, unix.Errno(-r))
 	}
 	return nil
 }
 
-// StopForwarding puts Go's handlers back. Once it returns, no handler uses
-// the pidfd given to ForwardSignals any more.
-func StopForwarding() { _ = C.ar_sigfwd_stop() }
+// AttachForwarding sends the recorded signals, and those that come later,
+// to pidfd (to pid when pidfd is -1).
+func AttachForwarding(pidfd, pid int) { C.ar_sigfwd_attach(C.int(pidfd), C.int(pid)) }
+
+// DetachForwarding drops the target: later signals are swallowed. Once it
+// returns no handler uses the pidfd or pid given to AttachForwarding.
+func DetachForwarding() { _ = C.ar_sigfwd_detach() }
+
+// UninstallForwarding puts the Go runtime's handlers back.
+func UninstallForwarding() { _ = C.ar_sigfwd_uninstall() }
 
 // validate checks the plan (but for its command, which an image leaves
 // out) and returns every string it holds.
