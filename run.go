@@ -24,13 +24,22 @@ type Options struct {
 	// Signals, when set, are forwarded to the sandboxed command.
 	Signals <-chan os.Signal
 	// ForwardSignals are forwarded to the sandboxed command whenever they
-	// reach this process, from before the command starts until it ends;
-	// the caller hooks nothing. On Linux (cgo builds) this takes
-	// process-wide signal handlers instead of os/signal's thread and
-	// per-signal hand-offs, so one such Run per process may be running
-	// at a time (a second fails with a SetupError). Set this or Signals,
-	// not both.
+	// reach this process during Run; the caller hooks nothing. Those that
+	// arrive while the sandbox is built are held and sent once the command
+	// runs (merged per signal; dropped if it never starts), and those that
+	// arrive after it ended are swallowed until Run returns. Only SIGINT,
+	// SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT and
+	// SIGALRM. On Linux (cgo builds) this takes process-wide signal
+	// handlers instead of os/signal's thread and per-signal hand-offs, so
+	// one such Run per process may be running at a time (a second fails
+	// with a SetupError). Set this or Signals, not both.
 	ForwardSignals []os.Signal
+	// KeepSignals leaves ForwardSignals taken over when Run returns, so
+	// that they are swallowed, not acted on, until the process exits: for
+	// a program that ends right after Run (the CLI), whose clean-up and
+	// exit status a late signal must not cut short. Later Runs of the
+	// process cannot forward signals then.
+	KeepSignals bool
 	// StartAfter, when set, holds the command's start until it is closed
 	// (or ctx is done); the sandbox is built meanwhile, so a caller can
 	// set up what the command needs (signal hooks, say) in parallel.

@@ -84,7 +84,10 @@ func prepareDarwin(p *Policy, opts Options, warn func(string)) (*darwin.Launch, 
 		signal.Notify(ch, opts.ForwardSignals...)
 		sigs = ch
 		cleanup = func() {
-			signal.Stop(ch)
+			if !opts.KeepSignals {
+				// Kept, the channel swallows what comes after the run.
+				signal.Stop(ch)
+			}
 			_ = os.RemoveAll(tmp)
 		}
 	}

@@ -62,7 +62,9 @@ func Run(ctx context.Context, p *Policy, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer fw.Stop()
+	if !opts.KeepSignals {
+		defer fw.Stop()
+	}
 	host, err := NewHostInfo(p)
 	if err != nil {
 		return nil, &SetupError{Step: "workspace", Err: err}
@@ -174,7 +176,9 @@ func RunSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 	if err != nil {
 		return nil, err
 	}
-	defer fw.Stop()
+	if !opts.KeepSignals {
+		defer fw.Stop()
+	}
 	return runSpec(ctx, spec, timeout, opts, start, fw)
 }
 

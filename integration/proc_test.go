@@ -5,6 +5,7 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -315,9 +316,39 @@ while :; do sleep 0.1; done`)
 		r := run.wait()
 		mustExit(t, r, 42, "command trapping SIGTERM")
 		if got := readResult(t, res, r); got.Prestart != "hit" {
-			// cgroup v2: the init is never adopted (TestPrestart), so
-			// this was the ordinary C start, which TERM covers.
-			t.Skipf("not a prestart hit here (prestart %q, limits %s)", got.Prestart, got.Limits)
+			if got.Limits == "cgroup-v2" {
+				// The init is never adopted there (TestPrestart): this
+				// was the ordinary C start, which TERM covers.
+				t.Skipf("no prestart hit on cgroup v2 (prestart %q)", got.Prestart)
+			}
+			t.Errorf("prestart %q, want hit", got.Prestart)
+		}
+	})
+	// After the command has ended, a signal must not cut agentrun's
+	// clean-up short or replace the command's exit status: here agentrun
+	// is held writing --result into a FIFO nobody reads yet.
+	t.Run("TERM after the command ended", func(t *testing.T) {
+		t.Parallel()
+		dir := tempDir(t)
+		fifo := filepath.Join(dir, "result")
+		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		run := startSpawn(t, spawnCfg{ws: newWorkspace(t), flags: []string{"--result", fifo}, guard: 30 * time.Second}, "/bin/sh", "-c", "exit 3")
+		waitBlockedInOpen(t, run.pid())
+		if err := syscall.Kill(run.pid(), syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(fifo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(f)
+		f.Close()
+		r := run.wait()
+		mustExit(t, r, 3, "a SIGTERM after the command ended")
+		if !strings.Contains(string(b), `"exit_code": 3`) {
+			t.Errorf("--result: %q", b)
 		}
 	})
 	t.Run("untrapped TERM kills with 143", func(t *testing.T) {
@@ -331,4 +362,20 @@ while :; do sleep 0.1; done`)
 		}
 		mustExit(t, run.wait(), 143, "sleep killed by a forwarded SIGTERM")
 	})
+}
+
+// waitBlockedInOpen waits until a thread of pid sits in openat (here:
+// opening a FIFO for writing, which blocks until a reader comes). A hang
+// guard, not a timing assertion.
+func waitBlockedInOpen(t *testing.T, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/syscall", pid))
+		for _, p := range tasks {
+			if b, err := os.ReadFile(p); err == nil && strings.HasPrefix(string(b), fmt.Sprintf("%d ", syscall.SYS_OPENAT)) {
+				return
+			}
+		}
+	}
+	t.Fatalf("hang guard: agentrun (pid %d) never blocked opening its --result FIFO", pid)
 }

@@ -159,7 +159,7 @@ func startC(cfg *Config) (*Process, error) {
 	if err != nil {
 		return abort(err)
 	}
-	p.fw = cfg.Forwarder
+	p.setForwarder(cfg.Forwarder)
 	p.prog, p.onViolation = prog, cfg.OnViolation
 	// A write error means the child is gone; its report says why.
 	_, werr := parentSock.Write(release)
@@ -246,15 +246,7 @@ func (p *Process) runC(plan *cinit.Plan, std *stdio, release func(pid int) error
 // wait. (os.FindProcess would do the same through a pidfd, but its first
 // use forks a process to probe for pidfd support.)
 func (p *Process) awaitExit(std *stdio) {
-	// Waited for without reaping first: the pid stays the init's until
-	// markReaped has ended everything that may signal it.
-	for {
-		var info unix.Siginfo
-		if err := unix.Waitid(unix.P_PID, p.pid, &info, unix.WEXITED|unix.WNOWAIT, nil); err != unix.EINTR {
-			break
-		}
-	}
-	p.markReaped()
+	p.awaitExitNoReap()
 	var ws syscall.WaitStatus
 	for {
 		_, err := syscall.Wait4(p.pid, &ws, 0, nil)

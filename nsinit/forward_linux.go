@@ -13,18 +13,20 @@ import (
 // ErrForwarding: another Forwarder of this program is installed.
 var ErrForwarding = errors.New("nsinit: this process already forwards its signals to a sandbox")
 
-// forwardable are the signals a Forwarder may take over: catchable ones
-// that the Go runtime does not use itself (SIGURG, SIGPROF, SIGCHLD,
-// SIGPIPE and the faults stay the runtime's).
+// forwardable are the signals a Forwarder may take over: those both inits
+// pass on to the command (init_linux.go, cinit.c). The runtime's own
+// (SIGURG, SIGPROF, SIGCHLD, SIGPIPE, the faults) and job control stay.
 var forwardable = [...]syscall.Signal{
-	syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGUSR2,
-	syscall.SIGWINCH, syscall.SIGALRM, syscall.SIGCONT, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU,
+	syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1,
+	syscall.SIGUSR2, syscall.SIGWINCH, syscall.SIGCONT, syscall.SIGALRM,
 }
 
 // A Forwarder takes over signals that reach this process and sends them
 // on to one sandbox's init (Config.Forwarder). Signals that arrive before
-// the command has started are held and sent then; those that arrive after
-// the init has exited are swallowed. Stop hands the signals back.
+// the command has started are held and sent then, once each and in signal
+// number order (as the kernel merges pending signals); they are dropped
+// if the command never starts. Those that arrive after the init has
+// exited are swallowed. Stop hands the signals back.
 //
 // In cgo builds it replaces the Go runtime's handlers with C ones: no
 // os/signal thread and no hand-off to it per signal hooked. They are
@@ -43,8 +45,9 @@ type forwarding interface {
 	// attach sends held and later signals to pidfd (pid when it is -1)
 	// or through send.
 	attach(pidfd, pid int, send func(syscall.Signal) error)
-	// detach swallows later signals; once it returns nothing uses the
-	// target any more.
+	// detach swallows later signals; once it returns no handler uses
+	// the target any more (send may still be called once: it refuses
+	// a reaped init).
 	detach()
 	uninstall()
 }

@@ -151,6 +151,26 @@ func (p *Process) attachForwarder() {
 	p.fw.attach(fd, p.pid, p.Signal)
 }
 
+// awaitExitNoReap waits for the init to exit without reaping it, so its
+// pid stays its own, and then marks it reaped: nothing signals it after.
+func (p *Process) awaitExitNoReap() {
+	for {
+		var info unix.Siginfo
+		if err := unix.Waitid(unix.P_PID, p.pid, &info, unix.WEXITED|unix.WNOWAIT, nil); err != unix.EINTR {
+			break
+		}
+	}
+	p.markReaped()
+}
+
+// setForwarder hands the Process its Forwarder; under fwdMu, because its
+// reaper may already run.
+func (p *Process) setForwarder(f *Forwarder) {
+	p.fwdMu.Lock()
+	p.fw = f
+	p.fwdMu.Unlock()
+}
+
 // markReaped ends the forwarding to the init and closes its pidfd: the
 // init has exited, and is reaped or about to be.
 func (p *Process) markReaped() {
@@ -243,7 +263,7 @@ func Start(cfg *Config) (*Process, error) {
 		return nil, err
 	}
 
-	p.fw = cfg.Forwarder
+	p.setForwarder(cfg.Forwarder)
 	p.prog, p.onViolation = prog, cfg.OnViolation
 	c := &config{Spec: spec, Prepared: prep.childFDs}
 	if prog != nil {
@@ -366,8 +386,8 @@ func (p *Process) run(cmd *exec.Cmd, started chan<- error) {
 	p.pid = cmd.Process.Pid
 	p.openPidfd()
 	started <- nil
+	p.awaitExitNoReap()
 	p.err = cmd.Wait()
-	p.markReaped()
 	if cmd.ProcessState != nil {
 		ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
 		p.status = &ws
@@ -605,8 +625,7 @@ func (p *Process) Signal(sig syscall.Signal) error {
 			return err
 		}
 		// Refused by the kernel or an outer filter: the pid is still
-		// the init's (the C init is reaped after markReaped; the Go
-		// init's reaping by os/exec leaves a window here).
+		// the init's (both inits are reaped after markReaped).
 	}
 	return unix.Kill(p.pid, sig)
 }

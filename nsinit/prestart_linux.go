@@ -205,7 +205,7 @@ func adoptPrestart(cfg *Config, pre cinit.Prestart, awaitProg func() (*seccomp.P
 		}
 		oob = unix.UnixRights(fds...)
 	}
-	p.fw = cfg.Forwarder
+	p.setForwarder(cfg.Forwarder)
 	p.prog, p.onViolation = prog, cfg.OnViolation
 	werr := unix.Sendmsg(pre.Sock, release, oob, nil, 0)
 	return p.awaitStarted(werr)

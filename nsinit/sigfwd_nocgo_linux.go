@@ -5,6 +5,7 @@ package nsinit
 import (
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
 	"syscall"
 )
@@ -46,7 +47,11 @@ func (f *notifyForwarding) loop() {
 		f.mu.Lock()
 		send := f.send
 		if send == nil {
-			f.held = append(f.held, pending...)
+			for _, s := range pending {
+				if !slices.Contains(f.held, s) {
+					f.held = append(f.held, s)
+				}
+			}
 			pending = nil
 		} else {
 			pending = append(f.held, pending...)
@@ -69,6 +74,10 @@ func (f *notifyForwarding) attach(_, _ int, send func(syscall.Signal) error) {
 	}
 }
 
+// detach stops handing signals to send; one already handed over may still
+// be sent after it returns, which Process.Signal refuses once the init is
+// marked reaped. (Waiting for it here would deadlock: markReaped holds the
+// lock that Process.Signal takes.)
 func (f *notifyForwarding) detach() {
 	f.mu.Lock()
 	f.send = nil

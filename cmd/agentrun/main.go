@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -91,11 +92,14 @@ func spawn(args []string, stderr io.Writer) int {
 	}
 	ropts := agentrun.Options{
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
-		// Forwarded from before the command starts; on Linux without
-		// os/signal, whose hooks cost a thread and a hand-off each.
+		// Forwarded, and held while the sandbox is built; on Linux
+		// without os/signal, whose hooks cost a thread and a hand-off
+		// each. Kept until exit: a second Ctrl-C must not cut the
+		// clean-up, --result or the exit status short.
 		ForwardSignals: []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
 			syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH},
-		Warn: func(m string) { fmt.Fprintf(stderr, "agentrun: warning: %s\n", m) },
+		KeepSignals: true,
+		Warn:        func(m string) { fmt.Fprintf(stderr, "agentrun: warning: %s\n", m) },
 		// Only --result shows usage figures, and only it and --verbose
 		// show violations.
 		SkipUsage:      opts.result == "",
@@ -160,9 +164,35 @@ func writeResult(o *spawnOpts, res *agentrun.Result, stderr io.Writer) {
 		return
 	}
 	b, _ := json.MarshalIndent(res, "", "  ")
-	if err := os.WriteFile(o.result, append(b, '\n'), 0o644); err != nil {
+	if err := writeResultFile(o.result, append(b, '\n')); err != nil {
 		fmt.Fprintf(stderr, "agentrun: write result: %v\n", err)
 	}
+}
+
+// writeResultFile writes the --result JSON. A regular file (or a new one)
+// is replaced through a temporary file beside it, so that a reader never
+// sees it half written, even if this process dies on the way; anything
+// else (/dev/stdout, a FIFO) is written in place.
+func writeResultFile(path string, data []byte) error {
+	if fi, err := os.Lstat(path); err == nil && !fi.Mode().IsRegular() {
+		return os.WriteFile(path, data, 0o644)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
+	if err != nil {
+		return err
+	}
+	mask := syscall.Umask(0) // read it: CreateTemp's 0600 must become 0644 less the umask
+	syscall.Umask(mask)
+	_, werr := f.Write(data)
+	if err := errors.Join(werr, f.Chmod(os.FileMode(0o644&^mask)), f.Close()); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	return nil
 }
 
 type spawnOpts struct {

@@ -40,7 +40,7 @@ static void send_to(int fd, int pid, int sig)
 		return;
 	/* A kernel or an outer filter that refuses pidfd_send_signal: the
 	 * pid stays the init's until detach, which comes before its reaping
-	 * (nsinit waits with WNOWAIT first). */
+	 * (nsinit waits with WNOWAIT first, for both inits). */
 	if (pid > 0 && (fd < 0 || errno == ENOSYS || errno == EPERM))
 		(void)kill(pid, sig);
 }
@@ -122,8 +122,10 @@ void ar_sigfwd_attach(int pidfd, int pid)
 
 static void detach(void)
 {
-	atomic_store(&fwd_fd, -1);
+	/* The pid first: a handler reads fd, then pid, so it cannot see the
+	 * old pid without the old fd. */
 	atomic_store(&fwd_pid, 0);
+	atomic_store(&fwd_fd, -1);
 	quiesce();
 }
 
