@@ -21,15 +21,16 @@ type Options struct {
 	Stdin  io.Reader
 	Stdout io.Writer
 	Stderr io.Writer
-	// Signals, when set, are forwarded to the sandboxed command.
+	// Signals, when set, are forwarded to the sandboxed command. Set this
+	// or ForwardSignals, not both.
 	Signals <-chan os.Signal
 	// ForwardSignals are forwarded to the sandboxed command whenever they
 	// reach this process during Run; the caller hooks nothing. Those that
 	// arrive while the sandbox is built are held and sent once the command
 	// runs (merged per signal; dropped if it never starts), and those that
-	// arrive after it ended are swallowed until Run returns. Only SIGINT,
-	// SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT and
-	// SIGALRM. On Linux (cgo builds) this takes process-wide signal
+	// arrive after it ended are swallowed until Run returns. On Linux only
+	// SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT
+	// and SIGALRM. On Linux (cgo builds) this takes process-wide signal
 	// handlers instead of os/signal's thread and per-signal hand-offs, so
 	// one such Run per process may be running at a time (a second fails
 	// with a SetupError). Set this or Signals, not both.
@@ -38,11 +39,11 @@ type Options struct {
 	// that they are swallowed, not acted on, until the process exits: for
 	// a program that ends right after Run (the CLI), whose clean-up and
 	// exit status a late signal must not cut short. Later Runs of the
-	// process cannot forward signals then.
+	// process cannot forward signals then (Linux cgo builds).
 	KeepSignals bool
 	// StartAfter, when set, holds the command's start until it is closed
 	// (or ctx is done); the sandbox is built meanwhile, so a caller can
-	// set up what the command needs (signal hooks, say) in parallel.
+	// set up what the command needs in parallel.
 	StartAfter <-chan struct{}
 	// Warn receives one-line warnings (clamped rlimits, weaker modes).
 	Warn func(msg string)

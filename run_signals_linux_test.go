@@ -138,8 +138,9 @@ func testForwardSignalsHeld(t *testing.T) {
 	gate := make(chan struct{})
 	done := background(context.Background(), p, Options{SeccompCache: cache, StartAfter: gate,
 		ForwardSignals: []os.Signal{syscall.SIGUSR1, syscall.SIGUSR1, os.Interrupt, syscall.SIGINT}})
-	// Not a timing assertion: the build waits at the gate however long
-	// this takes.
+	// Run installs the forwarder first thing, and the build then waits at
+	// the gate however long this takes; the sleep only assumes that Run
+	// got that far in 200 ms.
 	time.Sleep(200 * time.Millisecond)
 	if err := syscall.Kill(os.Getpid(), syscall.SIGUSR1); err != nil {
 		t.Fatal(err)

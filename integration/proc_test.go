@@ -364,17 +364,27 @@ while :; do sleep 0.1; done`)
 	})
 }
 
-// waitBlockedInOpen waits until a thread of pid sits in openat (here:
-// opening a FIFO for writing, which blocks until a reader comes). A hang
-// guard, not a timing assertion.
+// waitBlockedInOpen waits until a thread of pid sits in openat for ten
+// polls in a row (opening a FIFO for writing blocks until a reader comes;
+// the short opens of the clean-up do not last). A hang guard, not a
+// timing assertion.
 func waitBlockedInOpen(t *testing.T, pid int) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	inOpen := func() bool {
 		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/syscall", pid))
 		for _, p := range tasks {
 			if b, err := os.ReadFile(p); err == nil && strings.HasPrefix(string(b), fmt.Sprintf("%d ", syscall.SYS_OPENAT)) {
-				return
+				return true
 			}
+		}
+		return false
+	}
+	for n, deadline := 0, time.Now().Add(20*time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if n = n + 1; !inOpen() {
+			n = 0
+		}
+		if n >= 10 {
+			return
 		}
 	}
 	t.Fatalf("hang guard: agentrun (pid %d) never blocked opening its --result FIFO", pid)

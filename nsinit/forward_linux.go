@@ -23,8 +23,9 @@ var forwardable = [...]syscall.Signal{
 
 // A Forwarder takes over signals that reach this process and sends them
 // on to one sandbox's init (Config.Forwarder). Signals that arrive before
-// the command has started are held and sent then, once each and in signal
-// number order (as the kernel merges pending signals); they are dropped
+// the command has started are held and sent then, once each (as the
+// kernel merges pending signals; in cgo builds in signal number order,
+// otherwise in order of arrival); they are dropped
 // if the command never starts. Those that arrive after the init has
 // exited are swallowed. Stop hands the signals back.
 //

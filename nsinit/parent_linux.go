@@ -52,8 +52,8 @@ type Config struct {
 	Backend string
 	// Forwarder, when set, sends the signals it hooked on to the init
 	// once the command has started (those that came earlier are sent
-	// then), until the init is reaped (later ones are swallowed until
-	// the caller stops it). ForwardSignals makes one.
+	// then), until the init exits (later ones are swallowed until the
+	// caller stops it). ForwardSignals makes one.
 	Forwarder *Forwarder
 }
 
@@ -136,8 +136,8 @@ func (p *Process) openPidfd() {
 }
 
 // attachForwarder points the Forwarder at the init once the command has
-// started: a Go init hooks its own signals only shortly before that, and
-// a signal that reached it earlier would end it.
+// started: either init dies of a signal that arrives before it has set
+// up its own forwarding to the command.
 func (p *Process) attachForwarder() {
 	p.fwdMu.Lock()
 	defer p.fwdMu.Unlock()

@@ -143,14 +143,15 @@ int ar_userns_holder(int pipe_rd, void *stack, size_t stack_size);
 /*
  * Signal forwarding (sigfwd.c). ar_sigfwd_install replaces the handlers
  * of sigs (distinct, catchable, at most AR_SIGFWD_MAX) with one that sends
- * each signal to the target (SA_ONSTACK | SA_RESTART, as handlers in a Go
- * program must have), and saves the old ones; -EBUSY while another
- * forwarding of this process is installed. Until ar_sigfwd_attach names a
- * target (a pidfd; or the pid, pidfd -1, on a kernel without pidfds) the
- * signals are recorded and sent on there. ar_sigfwd_detach drops the
- * target, after which signals are swallowed, and returns once no handler
- * can still use it: the caller may then close the pidfd (or reap the
- * pid). ar_sigfwd_uninstall puts the saved handlers back.
+ * each signal to the target (SA_ONSTACK, which Go requires of non-Go
+ * handlers, and SA_RESTART, as Go's own have), and saves the old ones;
+ * -EBUSY while another forwarding of this process is installed. Until
+ * ar_sigfwd_attach names a target (a pidfd; or the pid, pidfd -1, on a
+ * kernel without pidfds) the signals are recorded and sent on there.
+ * Attach once per install: ar_sigfwd_detach drops the target, after which
+ * signals are only recorded, never sent, and returns once no handler can
+ * still use it: the caller may then close the pidfd (or reap the pid).
+ * ar_sigfwd_uninstall puts the saved handlers back.
  */
 #define AR_SIGFWD_MAX 16
 int ar_sigfwd_install(const int *sigs, int n);

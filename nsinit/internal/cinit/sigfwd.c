@@ -66,8 +66,7 @@ static void quiesce(void)
 		sched_yield();
 }
 
-/* restore puts back the first n saved handlers, last first: undoing in
- * reverse is exact however the list was built. */
+/* restore puts back the first n saved handlers, last first. */
 static void restore(int n)
 {
 	for (int i = n - 1; i >= 0; i--)
