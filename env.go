@@ -3,6 +3,7 @@ package agentrun
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -64,6 +65,12 @@ var ErrWorkspace = errors.New("workspace")
 // in afterwards makes the spawn fail rather than expose its target. An
 // empty Workspace means the current directory (its physical path).
 func (p *Policy) ResolveWorkspace() (string, error) {
+	return p.resolveWorkspace(filepath.EvalSymlinks, os.Lstat)
+}
+
+// resolveWorkspace is ResolveWorkspace with the host reads passed in, so
+// that a spawn can record them (express_linux.go).
+func (p *Policy) resolveWorkspace(evalSymlinks func(string) (string, error), lstat func(string) (fs.FileInfo, error)) (string, error) {
 	raw := p.Workspace
 	if raw == "" {
 		wd, err := physicalWd()
@@ -79,17 +86,17 @@ func (p *Policy) ResolveWorkspace() (string, error) {
 	if abs == "/" {
 		return "", fmt.Errorf("%w: refusing / as the workspace", ErrWorkspace)
 	}
-	parent, err := filepath.EvalSymlinks(filepath.Dir(abs))
+	parent, err := evalSymlinks(filepath.Dir(abs))
 	if err != nil {
 		return "", fmt.Errorf("%w: %s does not exist", ErrWorkspace, abs)
 	}
 	real := filepath.Join(parent, filepath.Base(abs))
-	fi, err := os.Lstat(real)
+	fi, err := lstat(real)
 	if err != nil {
 		return "", fmt.Errorf("%w: %s does not exist", ErrWorkspace, abs)
 	}
 	if fi.Mode()&os.ModeSymlink != 0 {
-		target, terr := filepath.EvalSymlinks(real)
+		target, terr := evalSymlinks(real)
 		if terr != nil {
 			return "", fmt.Errorf("%w: %s is a dangling symlink", ErrWorkspace, abs)
 		}

@@ -69,6 +69,16 @@ type Options struct {
 	// which saves the listener and its goroutine. The command sees the
 	// same EPERM; ViolationsStatus says "skipped".
 	SkipViolations bool
+	// Express is for the CLI (nsinit/prestart): on a prestart hit that
+	// Go adopted, it also caches what the constructor needs to run the
+	// next spawn with the same command line without the Go runtime (the
+	// express path, nsinit/internal/cinit/express.c): the fingerprints of
+	// every host input of the plan, the filter and the cgroup recipe.
+	// Only spawns whose outcome is the exit status alone qualify: with
+	// SkipUsage, SkipViolations, KeepSignals and ForwardSignals, and no
+	// timeout, StartAfter, Signals, OnViolation or warnings; the rest
+	// are left to Go silently.
+	Express bool
 }
 
 // Violation is a policy violation observed during a run.

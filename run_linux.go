@@ -24,21 +24,18 @@ import (
 
 // NewHostInfo reads what Compile needs from the running system.
 func NewHostInfo(p *Policy) (*HostInfo, error) {
-	ws, err := p.ResolveWorkspace()
+	return hostInfoWith(p, &HostInfo{Lstat: os.Lstat, Readlink: os.Readlink, Resolve: filepath.EvalSymlinks, Owner: owner, ReadFile: os.ReadFile})
+}
+
+// hostInfoWith fills in h's ids, environment and workspace, the latter
+// through h's own host reads.
+func hostInfoWith(p *Policy, h *HostInfo) (*HostInfo, error) {
+	ws, err := p.resolveWorkspace(h.Resolve, h.Lstat)
 	if err != nil {
 		return nil, err
 	}
-	h := &HostInfo{
-		UID: os.Geteuid(), GID: os.Getegid(),
-		Workspace: ws,
-		Environ:   os.Environ(),
-		Lstat:     os.Lstat,
-		Readlink:  os.Readlink,
-		Resolve:   filepath.EvalSymlinks,
-		Owner:     owner,
-		ReadFile:  os.ReadFile,
-	}
-	if h.WorkspaceUID, h.WorkspaceGID, err = owner(ws); err != nil {
+	h.UID, h.GID, h.Workspace, h.Environ = os.Geteuid(), os.Getegid(), ws, os.Environ()
+	if h.WorkspaceUID, h.WorkspaceGID, err = h.Owner(ws); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrWorkspace, err)
 	}
 	return h, nil
@@ -65,7 +62,14 @@ func Run(ctx context.Context, p *Policy, opts Options) (*Result, error) {
 	if !opts.KeepSignals {
 		defer fw.Stop()
 	}
-	host, err := NewHostInfo(p)
+	var rec *hostRecorder
+	var host *HostInfo
+	if opts.Express {
+		rec = &hostRecorder{}
+		host, err = recordedHostInfo(p, rec)
+	} else {
+		host, err = NewHostInfo(p)
+	}
 	if err != nil {
 		return nil, &SetupError{Step: "workspace", Err: err}
 	}
@@ -73,7 +77,7 @@ func Run(ctx context.Context, p *Policy, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, &SetupError{Step: "policy", Err: err}
 	}
-	return runSpec(ctx, spec, time.Duration(p.Timeout), opts, start, fw)
+	return runSpec(ctx, spec, time.Duration(p.Timeout), opts, start, fw, rec)
 }
 
 // forwarder takes over Options.ForwardSignals for the whole spawn, so a
@@ -179,10 +183,12 @@ func RunSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 	if !opts.KeepSignals {
 		defer fw.Stop()
 	}
-	return runSpec(ctx, spec, timeout, opts, start, fw)
+	return runSpec(ctx, spec, timeout, opts, start, fw, nil)
 }
 
-func runSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts Options, start time.Time, fw *nsinit.Forwarder) (*Result, error) {
+// runSpec runs spec; rec, when set, holds the host reads its plan came
+// from, for the express record (Options.Express).
+func runSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts Options, start time.Time, fw *nsinit.Forwarder, rec *hostRecorder) (*Result, error) {
 	// The cgroup is made while nsinit prepares the mounts; the clone waits
 	// for it (CgroupReady).
 	type made struct {
@@ -221,9 +227,16 @@ func runSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 	if opts.SeccompCache == nil {
 		opts.SeccompCache = &seccomp.DiskCache{Dir: filepath.Join(statedir.Root(os.Geteuid()), "seccomp")}
 	}
+	var warned atomic.Bool
+	warn := func(m string) {
+		warned.Store(true)
+		if opts.Warn != nil {
+			opts.Warn(m)
+		}
+	}
 	cfg := &nsinit.Config{
 		Spec: spec, Stdin: opts.Stdin, Stdout: opts.Stdout, Stderr: opts.Stderr,
-		Warn: opts.Warn, UsernsBlocker: probe.UsernsBlockerFor,
+		Warn: warn, UsernsBlocker: probe.UsernsBlockerFor,
 		SeccompCache: opts.SeccompCache, Forwarder: fw,
 		// Every start path asks for the placement before it lets the
 		// command start, so StartAfter is waited for here too.
@@ -237,6 +250,11 @@ func runSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 			}
 			return m.place, nil
 		},
+	}
+	if rec != nil && ctx.Done() == nil {
+		cfg.Express = func() *nsinit.Express {
+			return expressFor(spec, int64(timeout), opts, rec, cgroup().cg, warned.Load())
+		}
 	}
 	// Reports are collected unless the caller skips them; the listener
 	// answers EPERM, the same as the plain filter does.

@@ -64,6 +64,14 @@ func (c *Cgroup) Paths() []string {
 	return p
 }
 
+// Controllers are the controllers of the i-th of Paths: a v1 hierarchy's
+// own, or those enabled on v2.
+func (c *Cgroup) Controllers(i int) []string { return slices.Clone(c.dirs[i].controllers) }
+
+// Record is the state record that lets a later Sweep remove this cgroup
+// when its runtime dies; "" when there is none.
+func (c *Cgroup) Record() string { return c.record }
+
 // FD returns an open O_DIRECTORY descriptor of the v2 cgroup for
 // SysProcAttr{UseCgroupFD: true, CgroupFD: fd}: clone3 CLONE_INTO_CGROUP
 // then starts the child inside the cgroup, so not one instruction of it

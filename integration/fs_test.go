@@ -517,6 +517,19 @@ func TestSwappedPathRace(t *testing.T) {
 	t.Run("--ro source", func(t *testing.T) { t.Parallel(); race(t, false) })
 }
 
+// copiedEtcFile is an /etc file the sandbox gets as a copy (a small
+// regular file), or skips the test.
+func copiedEtcFile(t *testing.T) string {
+	t.Helper()
+	for _, f := range []string{"/etc/gitconfig", "/etc/inputrc", "/etc/host.conf", "/etc/profile", "/etc/protocols"} {
+		if fi, err := os.Lstat(f); err == nil && fi.Mode().IsRegular() {
+			return f
+		}
+	}
+	t.Skip("none of the candidate /etc files is a regular file here")
+	return ""
+}
+
 // TestUnreadableEtcFileStaysUnreadable: an /etc file the sandbox would get
 // that only its owner or group may read (a host where an admin made
 // /etc/gitconfig 0640, say) must neither break every spawn nor reach the
@@ -527,16 +540,7 @@ func TestUnreadableEtcFileStaysUnreadable(t *testing.T) {
 	if _, err := exec.LookPath("unshare"); err != nil {
 		t.Skip("no unshare(1) on this host")
 	}
-	target := ""
-	for _, f := range []string{"/etc/gitconfig", "/etc/inputrc", "/etc/host.conf", "/etc/profile", "/etc/protocols"} {
-		if fi, err := os.Lstat(f); err == nil && fi.Mode().IsRegular() {
-			target = f
-			break
-		}
-	}
-	if target == "" {
-		t.Skip("none of the candidate /etc files is a regular file here")
-	}
+	target := copiedEtcFile(t)
 	t.Parallel()
 	for _, mode := range []os.FileMode{0o600, 0o640} {
 		t.Run(strconv.FormatUint(uint64(mode), 8), func(t *testing.T) {

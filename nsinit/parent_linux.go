@@ -55,6 +55,10 @@ type Config struct {
 	// then), until the init exits (later ones are swallowed until the
 	// caller stops it). ForwardSignals makes one.
 	Forwarder *Forwarder
+	// Express, when set, is asked after a prestarted init was adopted and
+	// its command started; what it returns (nil: nothing) is cached next
+	// to the plan image for the express path.
+	Express func() *Express
 }
 
 // placement is the cgroup placement, waiting for CgroupReady if set.

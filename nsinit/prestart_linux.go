@@ -4,10 +4,14 @@ package nsinit
 
 import (
 	"bytes"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/agentrun/agentrun/internal/statedir"
 	"github.com/agentrun/agentrun/mounts"
@@ -159,6 +163,7 @@ func takePrestart(cfg *Config, spec *specs.Spec, awaitProg func() (*seccomp.Prog
 	if ierr != nil {
 		// Not for the cache: stop starting inits that cannot be adopted.
 		_ = os.Remove(pre.Path)
+		_ = os.Remove(pre.Path + expressSuffix)
 		return r
 	}
 	r.image = img
@@ -208,7 +213,60 @@ func adoptPrestart(cfg *Config, pre cinit.Prestart, awaitProg func() (*seccomp.P
 	p.setForwarder(cfg.Forwarder)
 	p.prog, p.onViolation = prog, cfg.OnViolation
 	werr := unix.Sendmsg(pre.Sock, release, oob, nil, 0)
-	return p.awaitStarted(werr)
+	p, err = p.awaitStarted(werr)
+	if err == nil && p.pending == nil && cfg.Express != nil {
+		if x := cfg.Express(); x != nil {
+			cacheExpress(pre, release, x)
+		}
+	}
+	return p, err
+}
+
+// expressSuffix names the express record next to its plan image.
+const expressSuffix = ".express"
+
+// expressRecord is the text express.c reads: the image it belongs to, the
+// signals, the cgroup recipe, the release message and the fingerprints,
+// one per line, fields separated by tabs. Nil when a value cannot be
+// written that way.
+func expressRecord(imageSum uint64, release []byte, x *Express) []byte {
+	if x.PidsMax <= 0 || len(x.Signals) == 0 || !filepath.IsAbs(x.StateDir) || !filepath.IsAbs(x.CgroupDir) ||
+		x.CgroupParent == "" || strings.Contains(x.CgroupParent, "/") {
+		return nil
+	}
+	for _, f := range []string{x.StateDir, x.CgroupParent, x.CgroupDir} {
+		if strings.ContainsAny(f, "\t\n\x00") {
+			return nil
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "agentrun-express 1\nimage %016x\nsignals", imageSum)
+	for _, s := range x.Signals {
+		fmt.Fprintf(&b, " %d", s)
+	}
+	fmt.Fprintf(&b, "\ncgroup\t%s\t%s\t%s\t%d\nrelease %s\n", x.StateDir, x.CgroupParent, x.CgroupDir, x.PidsMax, hex.EncodeToString(release))
+	for _, f := range x.Fingerprints {
+		if strings.ContainsAny(f, "\n\x00") {
+			return nil
+		}
+		b.WriteString(f)
+		b.WriteByte('\n')
+	}
+	b.WriteString("end\n")
+	return []byte(b.String())
+}
+
+// cacheExpress stores the express record of the image pre was started
+// from. Best effort, like cacheImage.
+func cacheExpress(pre cinit.Prestart, release []byte, x *Express) {
+	if len(pre.Image) < 24 {
+		return
+	}
+	rec := expressRecord(binary.NativeEndian.Uint64(pre.Image[16:24]), release, x)
+	if rec == nil {
+		return
+	}
+	writeCached(pre.Path+expressSuffix, rec)
 }
 
 // cacheImage stores img where the constructor of the next spawn with the
@@ -225,11 +283,16 @@ func cacheImage(path string, img []byte) {
 			_ = os.Remove(filepath.Join(dir, e.Name()))
 		}
 	}
-	f, err := os.CreateTemp(dir, ".image-")
+	writeCached(path, img)
+}
+
+// writeCached replaces path (in the private cache directory) with data.
+func writeCached(path string, data []byte) {
+	f, err := os.CreateTemp(filepath.Dir(path), ".image-")
 	if err != nil {
 		return
 	}
-	_, werr := f.Write(img)
+	_, werr := f.Write(data)
 	if cerr := f.Close(); werr == nil && cerr == nil {
 		werr = os.Rename(f.Name(), path)
 	}

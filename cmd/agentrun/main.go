@@ -104,6 +104,7 @@ func spawn(args []string, stderr io.Writer) int {
 		// show violations.
 		SkipUsage:      opts.result == "",
 		SkipViolations: opts.result == "" && !opts.verbose,
+		Express:        true,
 	}
 	if opts.verbose {
 		ropts.OnViolation = func(v agentrun.Violation) {

@@ -17,6 +17,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
+struct stat;
 
 enum {
 	AR_MOUNT_BIND = 1,    /* attach a clone of a host path (or a prepared tree) */
@@ -158,6 +160,9 @@ int ar_sigfwd_install(const int *sigs, int n);
 void ar_sigfwd_attach(int pidfd, int pid);
 int ar_sigfwd_detach(void); /* 0 */
 int ar_sigfwd_uninstall(void); /* 1: a forwarding was installed */
+/* ar_sigfwd_uninstall, then each signal that was held raised again (for
+ * the express path's constructor: as if no handler had been there). */
+int ar_sigfwd_uninstall_raise(void);
 
 /*
  * Prestart. The CLI's process starts the init before the Go runtime does,
@@ -235,6 +240,31 @@ void ar_prestart(int argc, char **argv, char **envp);
 /* The environment variables whose values are part of the key. */
 const char *const *ar_prestart_pass_env(void);
 struct ar_prestart ar_prestart_take(void);
+
+/* ar_prestart_put_back undoes ar_prestart_take: the express path took
+ * the init and then left the spawn to Go. */
+void ar_prestart_put_back(const struct ar_prestart *r);
+/* ar_open_cached opens dir/name if this user alone can have written it
+ * (st: the file's). */
+int ar_open_cached(const char *dir, const char *name, uid_t euid, struct stat *st);
+
+/*
+ * The express path (express.c). Go writes, next to an image it adopted
+ * an init from, a record of what else that spawn needed (Express in
+ * nsinit): a text file "<image>.express" of lines
+ *	agentrun-express 1
+ *	image <the image's checksum, 16 hex digits>
+ *	signals <forwarded signal numbers, each after a space>
+ *	cgroup\t<state dir>\t<parent name>\t<parent cgroup dir>\t<pids.max>
+ *	release <the release message, hex>
+ *	<fingerprints: L, R, E and C lines, nsinit.Express>
+ *	end
+ * ar_express, called by ar_prestart once an init is being started from the
+ * image, runs the spawn to its end and exits when every fingerprint still
+ * holds and the cgroup can be made; otherwise it returns with nothing
+ * changed.
+ */
+void ar_express(const struct ar_image *img, const char *dir, const char *name, uid_t euid);
 
 /* ar_image_load validates img (len bytes, writable, relocated in place)
  * and returns its plan, or NULL with errno set. check_sum 0 skips the

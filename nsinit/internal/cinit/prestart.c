@@ -397,8 +397,8 @@ static int key_add_env(size_t *at)
 	return 0;
 }
 
-/* open_image opens the cache file if this user alone can have written it. */
-static int open_image(const char *dir, const char *name, uid_t euid, struct stat *st)
+/* ar_open_cached opens the cache file if this user alone can have written it. */
+int ar_open_cached(const char *dir, const char *name, uid_t euid, struct stat *st)
 {
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (dfd < 0)
@@ -514,7 +514,7 @@ void ar_prestart(int argc, char **argv, char **envp)
 		.argv = &argv[dd + 1],
 	};
 
-	int fd = open_image(dir, name, euid, &st);
+	int fd = ar_open_cached(dir, name, euid, &st);
 	if (fd < 0)
 		return;
 	size_t len = (size_t)st.st_size, pad = (len + 15) & ~(size_t)15, argbytes = 0;
@@ -609,6 +609,7 @@ void ar_prestart(int argc, char **argv, char **envp)
 	result.image = mem;
 	result.image_len = len;
 	result.argv = av;
+	ar_express(h, dir, name, euid);
 	return;
 
 close_sock:
@@ -771,6 +772,11 @@ static int lost_init(void)
 	}
 	closedir(tasks);
 	return found;
+}
+
+void ar_prestart_put_back(const struct ar_prestart *r)
+{
+	result = *r;
 }
 
 struct ar_prestart ar_prestart_take(void)

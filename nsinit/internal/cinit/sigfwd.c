@@ -145,3 +145,13 @@ int ar_sigfwd_uninstall(void)
 	atomic_store(&fwd_busy, 0);
 	return 1;
 }
+
+int ar_sigfwd_uninstall_raise(void)
+{
+	unsigned long long m = atomic_load(&fwd_pending);
+	int r = ar_sigfwd_uninstall();
+	for (int s = 1; s <= 64; s++)
+		if (m & (1ULL << (s - 1)))
+			(void)raise(s);
+	return r;
+}

@@ -1,0 +1,166 @@
+//go:build linux
+
+package agentrun
+
+import (
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/agentrun/agentrun/cgroups"
+	"github.com/agentrun/agentrun/nsinit"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// hostRecorder does the host reads of NewHostInfo and Compile and writes
+// down each answer as a fingerprint (nsinit.Express): the express path
+// may only run a cached plan while every one of them still gives the same
+// answer. Compile's output depends on nothing else of the host: the type,
+// mode, owner and size (regular files) of what it lstats, the targets it
+// reads or resolves, and files it reads, which the express path cannot
+// re-check and so rule it out.
+type hostRecorder struct {
+	lines []string
+	// unsupported: a read without a fingerprint (a file's content, a
+	// failed readlink, a name with a tab or a newline).
+	unsupported bool
+}
+
+func (r *hostRecorder) add(kind, path, rest string) {
+	if strings.ContainsAny(path, "\t\n\x00") || strings.ContainsAny(rest, "\n\x00") {
+		r.unsupported = true
+		return
+	}
+	r.lines = append(r.lines, kind+"\t"+path+"\t"+rest)
+}
+
+func (r *hostRecorder) lstat(path string) (fs.FileInfo, error) {
+	fi, err := os.Lstat(path)
+	st, ok := sysStat(fi)
+	switch {
+	case err != nil:
+		r.add("L", path, "-")
+	case !ok:
+		r.unsupported = true
+	default:
+		size := int64(0)
+		if fi.Mode().IsRegular() {
+			size = st.Size
+		}
+		r.add("L", path, fmt.Sprintf("%d\t%d\t%d\t%d\t%d\t%d", st.Mode, st.Uid, st.Gid, size, st.Dev, st.Ino))
+	}
+	return fi, err
+}
+
+func sysStat(fi fs.FileInfo) (*syscall.Stat_t, bool) {
+	if fi == nil {
+		return nil, false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return st, ok
+}
+
+func (r *hostRecorder) readlink(path string) (string, error) {
+	t, err := os.Readlink(path)
+	if err != nil || strings.ContainsAny(t, "\t") {
+		r.unsupported = true
+	} else {
+		r.add("R", path, t)
+	}
+	return t, err
+}
+
+func (r *hostRecorder) resolve(path string) (string, error) {
+	t, err := filepath.EvalSymlinks(path)
+	switch {
+	case err != nil:
+		r.add("E", path, "-")
+	case !filepath.IsAbs(t):
+		// Only absolute answers compare with realpath(3).
+		r.unsupported = true
+	default:
+		r.add("E", path, t)
+	}
+	return t, err
+}
+
+func (r *hostRecorder) owner(path string) (int, int, error) {
+	fi, err := r.lstat(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	st, _ := sysStat(fi)
+	return int(st.Uid), int(st.Gid), nil
+}
+
+func (r *hostRecorder) readFile(path string) ([]byte, error) {
+	r.unsupported = true
+	return os.ReadFile(path)
+}
+
+// recordedHostInfo is NewHostInfo with every host read going through r.
+func recordedHostInfo(p *Policy, r *hostRecorder) (*HostInfo, error) {
+	return hostInfoWith(p, &HostInfo{Lstat: r.lstat, Readlink: r.readlink, Resolve: r.resolve, Owner: r.owner, ReadFile: r.readFile})
+}
+
+// expressFor returns the express record's inputs for a spawn that ran with
+// these options, or nil when the express path could not give the same
+// outcome (see Options.Express). warned: a warning was printed.
+func expressFor(spec *specs.Spec, timeout int64, opts Options, rec *hostRecorder, cg *cgroups.Cgroup, warned bool) *nsinit.Express {
+	if rec == nil || rec.unsupported || warned || timeout != 0 || !opts.SkipUsage || !opts.SkipViolations ||
+		opts.OnViolation != nil || !opts.KeepSignals || len(opts.ForwardSignals) == 0 || opts.StartAfter != nil ||
+		opts.Signals != nil || !nsinit.HasNamespace(spec, specs.PIDNamespace) {
+		return nil
+	}
+	// One v1 cgroup, in the pids hierarchy alone, with a pids limit only.
+	if cg == nil || cg.V2() || len(cg.Paths()) != 1 || !slices.Equal(cg.Controllers(0), []string{cgroups.Pids}) || cg.Record() == "" {
+		return nil
+	}
+	pids := int64(cgroups.DefaultPidsLimit)
+	if r := spec.Linux.Resources; r != nil {
+		if r.Memory != nil || r.CPU != nil || r.BlockIO != nil || r.HugepageLimits != nil || len(r.Devices) > 0 ||
+			r.Network != nil || len(r.Rdma) > 0 || len(r.Unified) > 0 {
+			return nil
+		}
+		if r.Pids != nil {
+			if r.Pids.Limit == nil {
+				return nil
+			}
+			pids = *r.Pids.Limit
+		}
+	}
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil
+	}
+	h := fnv.New64a()
+	h.Write(self)
+	x := &nsinit.Express{
+		Fingerprints: append(slices.Clip(rec.lines), fmt.Sprintf("C\t%016x", h.Sum64())),
+		StateDir:     filepath.Dir(cg.Record()),
+		CgroupDir:    filepath.Dir(cg.Paths()[0]),
+		PidsMax:      pids,
+	}
+	x.CgroupParent = filepath.Base(x.CgroupDir)
+	// The directory the sandbox's parent cgroup is made in: a remount
+	// changes it.
+	base := filepath.Dir(x.CgroupDir)
+	var st syscall.Stat_t
+	if err := syscall.Lstat(base, &st); err != nil {
+		return nil
+	}
+	x.Fingerprints = append(x.Fingerprints, fmt.Sprintf("L\t%s\t%d\t%d\t%d\t0\t%d\t%d", base, st.Mode, st.Uid, st.Gid, st.Dev, st.Ino))
+	for _, s := range opts.ForwardSignals {
+		sig, ok := s.(syscall.Signal)
+		if !ok {
+			return nil
+		}
+		x.Signals = append(x.Signals, int(sig))
+	}
+	return x
+}

@@ -1,0 +1,287 @@
+//go:build linux
+
+package integration
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The express path (nsinit/internal/cinit/express.c) runs a prestart hit
+// without the Go runtime, from fingerprints of every host input of the
+// cached plan. These tests run without t.Parallel: the express path stands
+// aside while any other sandbox's cgroup record exists, which parallel
+// tests would make at random.
+
+const cgroupStateDir = "/run/agentrun/cgroups"
+
+// expressCaller skips unless the express path can apply here: root (the
+// C init) on a host with a cgroup v1 pids hierarchy.
+func expressCaller(t *testing.T) {
+	t.Helper()
+	needRoot(t)
+	if b := os.Getenv("AGENTRUN_INIT"); b != "" && b != "c" {
+		t.Skipf("the express path starts the C init; this run selects the %s init (AGENTRUN_INIT)", b)
+	}
+	if !exists("/sys/fs/cgroup/pids/tasks") {
+		t.Skip("the express path needs a cgroup v1 pids hierarchy at /sys/fs/cgroup/pids (prestart does not apply on cgroup v2)")
+	}
+}
+
+// expressSpawn runs agentrun with a trace file and returns its result and
+// what the express path said ("used", "off <why>", or "" for nothing).
+func expressSpawn(t *testing.T, cfg spawnCfg, command ...string) (runResult, string) {
+	t.Helper()
+	trace := filepath.Join(tempDir(t), "trace")
+	cfg.env = append(cfg.env, "AGENTRUN_EXPRESS_TRACE="+trace)
+	r := spawn(t, cfg, command...)
+	b, _ := os.ReadFile(trace)
+	return r, strings.TrimPrefix(strings.TrimSpace(string(b)), "express: ")
+}
+
+// warmExpress spawns until the express path runs: a miss caches the plan,
+// a hit that Go adopts writes the express record, the third is express.
+func warmExpress(t *testing.T, cfg spawnCfg) {
+	t.Helper()
+	var said []string
+	for range 3 {
+		r, s := expressSpawn(t, cfg, "/bin/true")
+		mustExit(t, r, 0, "warm-up spawn")
+		said = append(said, s)
+	}
+	if said[2] != "used" {
+		t.Fatalf("the express path did not run on the third spawn with the same flags; it said %q", said)
+	}
+}
+
+// TestExpress: a sandbox the express path runs is the one Go would run:
+// the positive controls hold, its cgroup limits it and is removed, and
+// signals reach the command.
+func TestExpress(t *testing.T) {
+	expressCaller(t)
+	ws := newWorkspace(t)
+	cfg := spawnCfg{ws: ws, flags: []string{"--pids", "24"}}
+	warmExpress(t, cfg)
+
+	t.Run("controls", func(t *testing.T) {
+		r, said := expressSpawn(t, cfg, "/bin/sh", "-c", "echo out; echo err >&2; echo landed > /workspace/express-file; exit 7")
+		if said != "used" {
+			t.Fatalf("express path not taken: %q\n%s", said, r)
+		}
+		mustExit(t, r, 7, "exit 7 through the express path")
+		if r.stdout != "out\n" || r.stderr != "err\n" {
+			t.Errorf("stdio through the express path: stdout %q stderr %q, want \"out\\n\" and \"err\\n\"", r.stdout, r.stderr)
+		}
+		if b, err := os.ReadFile(filepath.Join(ws, "express-file")); err != nil || string(b) != "landed\n" {
+			t.Errorf("workspace write did not land: %q %v", b, err)
+		}
+		r, said = expressSpawn(t, cfg, "no-such-command-xyz")
+		if said != "used" {
+			t.Fatalf("express path not taken: %q", said)
+		}
+		mustExit(t, r, 127, "a missing command")
+		if !strings.Contains(r.stderr, "no-such-command-xyz") {
+			t.Errorf("a missing command is not named on stderr:\n%s", r)
+		}
+		r, _ = expressSpawn(t, cfg, "/bin/sh", "-c", "kill -KILL $$")
+		mustExit(t, r, 128+int(syscall.SIGKILL), "a command killed by SIGKILL")
+	})
+
+	t.Run("cgroup limits the sandbox and goes away", func(t *testing.T) {
+		// A fork bomb's start: more processes than --pids allows.
+		r, said := expressSpawn(t, cfg, "/bin/sh", "-c", "for i in $(seq 40); do sleep 3 & done; wait")
+		if said != "used" {
+			t.Fatalf("express path not taken: %q", said)
+		}
+		if r.code == 0 || !strings.Contains(strings.ToLower(r.stderr), "fork") {
+			t.Errorf("SANDBOX ESCAPE: 40 processes started under --pids 24 on the express path:\n%s", r)
+		}
+		mustExit(t, func() runResult {
+			r, _ := expressSpawn(t, cfg, "/bin/sh", "-c", "for i in $(seq 8); do sleep 0.1 & done; wait")
+			return r
+		}(), 0, "8 processes under --pids 24")
+
+		trace := filepath.Join(tempDir(t), "trace")
+		c := cfg
+		c.env = []string{"AGENTRUN_EXPRESS_TRACE=" + trace}
+		run := startSpawn(t, c, "/bin/sleep", "30")
+		defer func() { _ = run.cmd.Process.Kill(); run.wait() }()
+		rec := waitRecord(t)
+		if len(rec.Paths) != 1 {
+			t.Fatalf("record paths %v, want one", rec.Paths)
+		}
+		if rec.OwnerPID != run.pid() {
+			t.Errorf("record owner %d, want the CLI %d", rec.OwnerPID, run.pid())
+		}
+		if b, _ := os.ReadFile(trace); strings.TrimSpace(string(b)) != "express: used" {
+			t.Fatalf("express path not taken: %q", b)
+		}
+		leaf := rec.Paths[0]
+		if b, err := os.ReadFile(filepath.Join(leaf, "pids.max")); err != nil || strings.TrimSpace(string(b)) != "24" {
+			t.Errorf("pids.max of %s: %q %v, want 24", leaf, b, err)
+		}
+		tasks, _ := os.ReadFile(filepath.Join(leaf, "tasks"))
+		if n := len(strings.Fields(string(tasks))); n != 2 {
+			t.Errorf("%s holds %d tasks (%q), want the init and sleep", leaf, n, tasks)
+		}
+		if strings.Contains(" "+strings.Join(strings.Fields(string(tasks)), " ")+" ", " "+strconv.Itoa(run.pid())+" ") {
+			t.Errorf("the CLI itself is in the sandbox's cgroup")
+		}
+		_ = run.cmd.Process.Signal(syscall.SIGTERM)
+		r = run.wait()
+		mustExit(t, r, 128+int(syscall.SIGTERM), "SIGTERM forwarded to sleep")
+		if exists(leaf) {
+			t.Errorf("cgroup %s left behind", leaf)
+		}
+		if ents, _ := filepath.Glob(filepath.Join(cgroupStateDir, "*.json")); len(ents) > 0 {
+			t.Errorf("state records left behind: %v", ents)
+		}
+	})
+
+	t.Run("signals reach the command", func(t *testing.T) {
+		trace := filepath.Join(tempDir(t), "trace")
+		c := cfg
+		c.env = []string{"AGENTRUN_EXPRESS_TRACE=" + trace}
+		run := startSpawn(t, c, "/bin/sh", "-c", "trap 'echo got-usr1; exit 3' USR1; echo ready > /workspace/sig-ready; while :; do sleep 0.05; done")
+		waitFile(t, filepath.Join(ws, "sig-ready"))
+		_ = run.cmd.Process.Signal(syscall.SIGUSR1)
+		r := run.wait()
+		mustExit(t, r, 3, "the command's USR1 trap")
+		if !strings.Contains(r.stdout, "got-usr1") {
+			t.Errorf("USR1 did not reach the command:\n%s", r)
+		}
+		if b, _ := os.ReadFile(trace); strings.TrimSpace(string(b)) != "express: used" {
+			t.Errorf("express path not taken: %q", b)
+		}
+	})
+
+	t.Run("kill -9 of the CLI is swept by the next spawn", func(t *testing.T) {
+		run := startSpawn(t, cfg, "/bin/sleep", "30")
+		rec := waitRecord(t)
+		_ = run.cmd.Process.Kill()
+		run.wait()
+		r, said := expressSpawn(t, cfg, "/bin/true")
+		mustExit(t, r, 0, "the spawn after a killed one")
+		if said != "off cgroup records to sweep" {
+			t.Errorf("after a killed express spawn the next one said %q, want it left to Go's sweep", said)
+		}
+		if exists(rec.Paths[0]) {
+			t.Errorf("cgroup %s of the killed spawn not swept", rec.Paths[0])
+		}
+		if _, said = expressSpawn(t, cfg, "/bin/true"); said != "used" {
+			t.Errorf("express path not back after the sweep: %q", said)
+		}
+	})
+}
+
+type cgroupRecord struct {
+	Paths    []string `json:"paths"`
+	OwnerPID int      `json:"owner_pid"`
+}
+
+// waitRecord returns the one cgroup state record once a sandbox made it.
+func waitRecord(t *testing.T) cgroupRecord {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		ents, _ := filepath.Glob(filepath.Join(cgroupStateDir, "*.json"))
+		if len(ents) == 1 {
+			b, err := os.ReadFile(ents[0])
+			var rec cgroupRecord
+			if err == nil && json.Unmarshal(b, &rec) == nil && len(rec.Paths) > 0 && exists(rec.Paths[0]) {
+				return rec
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("no cgroup state record appeared")
+	return cgroupRecord{}
+}
+
+func waitFile(t *testing.T, p string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !exists(p) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not appear", p)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestExpressStaleHostInputs: a host input of the cached plan that changed
+// after the express record was written must send the spawn to Go, which
+// compiles it afresh; the stale plan must not run.
+func TestExpressStaleHostInputs(t *testing.T) {
+	expressCaller(t)
+
+	t.Run("bind source swapped for a symlink", func(t *testing.T) {
+		ws := newWorkspace(t)
+		_, secretFile, secret := hostSecret(t)
+		src := filepath.Join(tempDir(t), "src")
+		if err := os.Mkdir(src, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cfg := spawnCfg{ws: ws, flags: []string{"--ro", src + ":/data"}}
+		warmExpress(t, cfg)
+		if err := os.Remove(src); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Dir(secretFile), src); err != nil {
+			t.Fatal(err)
+		}
+		r, said := expressSpawn(t, cfg, "/bin/cat", "/data/secret.txt")
+		if strings.Contains(r.stdout, secret) {
+			t.Fatalf("SANDBOX ESCAPE: a stale plan bound the symlink's target:\n%s", r)
+		}
+		if said != "off "+src {
+			t.Errorf("express path said %q, want it off at %s", said, src)
+		}
+		mustExit(t, r, 125, "a bind source that became a symlink")
+	})
+
+	t.Run("copied /etc file made private", func(t *testing.T) {
+		if _, err := exec.LookPath("unshare"); err != nil {
+			t.Skip("no unshare(1) on this host")
+		}
+		target := copiedEtcFile(t)
+		dir, file, secret := hostSecret(t)
+		ws := newWorkspace(t)
+		trace := filepath.Join(dir, "trace")
+		// In a private mount namespace: the host's file replaced by ours,
+		// world-readable while the plan is cached (so it is copied), then
+		// made private before one more spawn with the same flags.
+		script := `set -u; mount --bind "$1" "$2" || exit 90
+for i in 1 2 3; do "$3" spawn --workspace "$4" -- /bin/true || exit 91; done
+chmod 600 "$1"
+echo ---
+"$3" spawn --workspace "$4" -- /workspace/attacker read "$2"
+echo "rc=$?"`
+		cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", file, target, agentrunBin, ws)
+		cmd.Env = append(os.Environ(), "AGENTRUN_EXPRESS_TRACE="+trace)
+		cmd.Dir = os.TempDir()
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		if strings.Contains(string(out), secret) {
+			t.Fatalf("SANDBOX ESCAPE: a stale plan copied the now-private %s into the sandbox:\n%s", target, out)
+		}
+		tr, _ := os.ReadFile(trace)
+		lines := strings.Split(strings.TrimSpace(string(tr)), "\n")
+		// The first spawn finds no plan and leaves no trace.
+		if len(lines) != 3 || lines[1] != "express: used" || lines[2] != "express: off "+target {
+			t.Errorf("express trace %q: want used on the third spawn, then off at %s", lines, target)
+		}
+		if _, after, _ := strings.Cut(string(out), "---\n"); !strings.HasPrefix(after, "BLOCKED open "+target) {
+			t.Errorf("reading the private %s was not blocked:\n%s", target, out)
+		}
+	})
+}

@@ -1,0 +1,23 @@
+//go:build linux
+
+package nsinit
+
+// Express is what the CLI's constructor needs to run a spawn whose plan
+// image it cached without the Go runtime: the express path
+// (internal/cinit/express.c). Nothing in it is trusted unless each of
+// Fingerprints still holds on the host when that spawn starts.
+type Express struct {
+	// Fingerprints are the plan's host inputs, one line each, in the
+	// format express.c checks: "L\tPATH\t-" (lstat fails), "L\tPATH\tMODE
+	// UID GID SIZE DEV INO" (tab-separated; SIZE of regular files only,
+	// else 0), "R\tPATH\tTARGET" (readlink), "E\tPATH\tRESOLVED" or
+	// "E\tPATH\t-" (every symlink resolved, or failing), "C\tHASH" (FNV-1a
+	// 64 of /proc/self/cgroup, hex).
+	Fingerprints []string
+	// Signals are forwarded to the init from its start until its exit.
+	Signals []int
+	// The sandbox's v1 cgroup: created as CgroupDir/<id> with pids.max
+	// PidsMax, recorded for Sweep in StateDir under parent CgroupParent.
+	StateDir, CgroupParent, CgroupDir string
+	PidsMax                           int64
+}

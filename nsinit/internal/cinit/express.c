@@ -1,0 +1,666 @@
+//go:build linux && cgo
+
+/*
+ * express.c: a prestart hit without the Go runtime (contract in cinit.h).
+ *
+ * On a hit the Go side only confirms that the cached plan is still its
+ * own, makes the cgroup, sends the release and waits. When Go adopted an
+ * init from an image, it also wrote an express record next to it: every
+ * host input the plan was compiled from, as a fingerprint, the cgroup
+ * recipe, the signals and the release message. Here, in the constructor,
+ * the next spawn with the same key checks each fingerprint, and only if
+ * all of them still hold does it do those steps itself and exit with the
+ * command's status; Go never starts. Anything unusual before the release
+ * (a changed host file, a record of another runtime to sweep, a cgroup
+ * that cannot be made) undoes what was done here and returns, and the
+ * spawn goes the ordinary way.
+ */
+#define _GNU_SOURCE
+#include "cinit.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#define EXPRESS_SUFFIX ".express"
+#define EXIT_SETUP 125
+#define EXPRESS_MAX (256 << 10)
+
+struct express {
+	char *text; /* the record, lines split at '\n' */
+	size_t len;
+	uint64_t image_sum;
+	int sigs[AR_SIGFWD_MAX], nsigs;
+	char *state_dir, *cg_parent, *cg_dir;
+	long long pids_max;
+	unsigned char release[AR_RELEASE_MAX];
+	size_t release_len;
+	char *prints; /* the first fingerprint line */
+};
+
+/* trace writes one line to $AGENTRUN_EXPRESS_TRACE, for tests: whether
+ * the express path ran, and if not, why. */
+static void trace(const char *what, const char *detail)
+{
+	const char *t = getenv("AGENTRUN_EXPRESS_TRACE");
+	if (!t || t[0] != '/')
+		return;
+	char line[PATH_MAX + 64];
+	int n = snprintf(line, sizeof line, "express: %s%s%s\n", what, detail ? " " : "", detail ? detail : "");
+	if (n <= 0 || (size_t)n >= sizeof line)
+		return;
+	int fd = open(t, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		return;
+	(void)!write(fd, line, (size_t)n);
+	close(fd);
+}
+
+/* say writes msg to stderr whole, as the CLI's messages are. */
+static void say_err(const char *msg)
+{
+	size_t n = strlen(msg);
+	while (n > 0) {
+		ssize_t w = write(2, msg, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return;
+		msg += w;
+		n -= (size_t)w;
+	}
+}
+
+static uint64_t fnv1a64(const unsigned char *p, size_t n)
+{
+	uint64_t h = 0xcbf29ce484222325ULL;
+	for (size_t i = 0; i < n; i++) {
+		h ^= p[i];
+		h *= 0x100000001b3ULL;
+	}
+	return h;
+}
+
+/* next_line returns the line at *at (NUL-terminated in place) and moves
+ * *at past it; NULL at the end. */
+static char *next_line(struct express *x, char **at)
+{
+	char *s = *at;
+	if (!s || s >= x->text + x->len)
+		return NULL;
+	char *nl = memchr(s, '\n', (size_t)(x->text + x->len - s));
+	if (!nl)
+		return NULL;
+	*nl = 0;
+	*at = nl + 1;
+	return s;
+}
+
+/* field cuts s at the next tab: returns s, *rest is after the tab (NULL
+ * when there is none). */
+static char *field(char *s, char **rest)
+{
+	char *t = s ? strchr(s, '\t') : NULL;
+	if (t)
+		*t++ = 0;
+	*rest = t;
+	return s;
+}
+
+static int parse_u64(const char *s, int base, unsigned long long *v)
+{
+	if (!s || !*s || *s == '-' || *s == '+' || *s == ' ')
+		return -1;
+	char *end;
+	errno = 0;
+	*v = strtoull(s, &end, base);
+	return errno || *end ? -1 : 0;
+}
+
+static int unhex(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+/* parse reads the header lines (cinit.h). */
+static int parse(struct express *x)
+{
+	char *at = x->text, *rest, *l;
+	unsigned long long v;
+	if (x->len == 0 || x->text[x->len - 1] != '\n')
+		return -1;
+	if (!(l = next_line(x, &at)) || strcmp(l, "agentrun-express 1") != 0)
+		return -1;
+	if (!(l = next_line(x, &at)) || strncmp(l, "image ", 6) != 0 || strlen(l + 6) != 16 || parse_u64(l + 6, 16, &v) < 0)
+		return -1;
+	x->image_sum = v;
+	if (!(l = next_line(x, &at)) || strncmp(l, "signals", 7) != 0)
+		return -1;
+	for (char *s = l + 7; *s;) {
+		if (*s++ != ' ' || x->nsigs >= AR_SIGFWD_MAX)
+			return -1;
+		char *end;
+		long sig = strtol(s, &end, 10);
+		if (end == s || sig < 1 || sig > 64)
+			return -1;
+		x->sigs[x->nsigs++] = (int)sig;
+		s = end;
+	}
+	if (!(l = next_line(x, &at)) || strcmp(field(l, &rest), "cgroup") != 0)
+		return -1;
+	x->state_dir = field(rest, &rest);
+	x->cg_parent = field(rest, &rest);
+	x->cg_dir = field(rest, &rest);
+	if (!rest || field(rest, &l) == NULL || l || parse_u64(rest, 10, &v) < 0 || v == 0 || v > LLONG_MAX)
+		return -1;
+	x->pids_max = (long long)v;
+	if (!x->state_dir || x->state_dir[0] != '/' || !x->cg_dir || x->cg_dir[0] != '/' || !x->cg_parent ||
+	    !x->cg_parent[0] || strchr(x->cg_parent, '/') || strcmp(x->cg_parent, ".") == 0 || strcmp(x->cg_parent, "..") == 0)
+		return -1;
+	if (!(l = next_line(x, &at)) || strncmp(l, "release ", 8) != 0)
+		return -1;
+	size_t hl = strlen(l + 8);
+	if (hl % 2 || hl / 2 > sizeof x->release || hl / 2 < 4)
+		return -1;
+	for (size_t i = 0; i < hl / 2; i++) {
+		int a = unhex(l[8 + 2 * i]), b = unhex(l[9 + 2 * i]);
+		if (a < 0 || b < 0)
+			return -1;
+		x->release[i] = (unsigned char)(a << 4 | b);
+	}
+	x->release_len = hl / 2;
+	if ((x->release_len - 4) % 8)
+		return -1;
+	x->prints = at;
+	/* The last line is "end": a record cut short is not a record. */
+	return x->len >= 4 && memcmp(x->text + x->len - 4, "end\n", 4) == 0 &&
+			       (x->len == 4 || x->text[x->len - 5] == '\n')
+		       ? 0
+		       : -1;
+}
+
+/* check_print: does one fingerprint line still hold? detail gets the
+ * path for the trace. */
+static int check_print(char *line, const char **detail)
+{
+	char *rest, *kind = field(line, &rest);
+	char *path = field(rest, &rest);
+	*detail = path;
+	if (!kind || !path)
+		return 0;
+	if (strcmp(kind, "C") == 0) {
+		char buf[16384];
+		int fd = open("/proc/self/cgroup", O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			return 0;
+		size_t n = 0;
+		ssize_t r;
+		while (n < sizeof buf && ((r = read(fd, buf + n, sizeof buf - n)) > 0 || (r < 0 && errno == EINTR)))
+			if (r > 0)
+				n += (size_t)r;
+		close(fd);
+		char want[24];
+		snprintf(want, sizeof want, "%016llx", (unsigned long long)fnv1a64((unsigned char *)buf, n));
+		*detail = "/proc/self/cgroup";
+		return n < sizeof buf && !rest && strcmp(path, want) == 0;
+	}
+	if (!rest || path[0] != '/')
+		return 0;
+	if (strcmp(kind, "L") == 0) {
+		struct stat st;
+		int ok = lstat(path, &st) == 0;
+		if (strcmp(rest, "-") == 0)
+			return !ok;
+		unsigned long long f[6];
+		for (int i = 0; i < 6; i++) {
+			char *v = field(rest, &rest);
+			if (!v || (i < 5) != (rest != NULL) || parse_u64(v, 10, &f[i]) < 0)
+				return 0;
+		}
+		unsigned long long size = S_ISREG(st.st_mode) ? (unsigned long long)st.st_size : 0;
+		return ok && f[0] == st.st_mode && f[1] == st.st_uid && f[2] == st.st_gid && f[3] == size &&
+		       f[4] == (unsigned long long)st.st_dev && f[5] == (unsigned long long)st.st_ino;
+	}
+	if (strcmp(kind, "R") == 0) {
+		char t[PATH_MAX];
+		ssize_t n = readlink(path, t, sizeof t);
+		return n >= 0 && (size_t)n < sizeof t && strlen(rest) == (size_t)n && memcmp(t, rest, (size_t)n) == 0;
+	}
+	if (strcmp(kind, "E") == 0) {
+		char t[PATH_MAX];
+		int ok = realpath(path, t) != NULL;
+		if (strcmp(rest, "-") == 0)
+			return !ok;
+		return ok && strcmp(t, rest) == 0;
+	}
+	return 0;
+}
+
+/* private_dir: a real directory of euid's that nobody else may write:
+ * what is read from it steers what a sweep removes. */
+static int private_dir(const char *dir, uid_t euid)
+{
+	struct stat st;
+	return lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == euid && !(st.st_mode & 022);
+}
+
+/* records_left: the state directory holds a cgroup record (a sandbox that
+ * runs, or one a killed runtime left for the Go side to sweep). */
+static int records_left(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return errno != ENOENT;
+	int found = 0;
+	for (struct dirent *e; !found && (e = readdir(d));) {
+		size_t n = strlen(e->d_name);
+		found = n > 5 && strcmp(e->d_name + n - 5, ".json") == 0;
+	}
+	closedir(d);
+	return found;
+}
+
+/* The sandbox's cgroup, as cgroups.Manager.Create makes it for one v1
+ * hierarchy: the record first, then the directories and the limit. */
+struct cg {
+	char id[64];
+	char leaf[PATH_MAX];
+	char record[PATH_MAX];
+	int tasks;
+	int have_leaf, have_record;
+};
+
+static int write_all(int fd, const char *s, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = write(fd, s, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		s += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+static int write_text(const char *path, const char *s)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	int r = write_all(fd, s, strlen(s));
+	return close(fd) < 0 || r < 0 ? -1 : 0;
+}
+
+/* owner_start is field 22 of /proc/self/stat (cgroups.ownerOf). */
+static int owner_start(unsigned long long *start)
+{
+	char buf[1024];
+	int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = 0;
+	char *s = strrchr(buf, ')');
+	if (!s)
+		return -1;
+	s++;
+	/* After ")": field 3 onward; starttime is the 20th of them. */
+	for (int i = 0; i < 20; i++) {
+		while (*s == ' ')
+			s++;
+		if (!*s)
+			return -1;
+		if (i == 19)
+			break;
+		while (*s && *s != ' ')
+			s++;
+	}
+	char *end;
+	*start = strtoull(s, &end, 10);
+	return end == s ? -1 : 0;
+}
+
+/* json_safe: s needs no escaping in a JSON string. */
+static int json_safe(const char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == '"' || *s == '\\')
+			return 0;
+	return 1;
+}
+
+static void cg_remove(const struct express *x, struct cg *c)
+{
+	if (c->tasks >= 0)
+		close(c->tasks);
+	c->tasks = -1;
+	if (c->have_leaf) {
+		/* The PID namespace is gone with the init, so the cgroup is
+		 * empty; the kernel may take a moment to drop its last task. */
+		for (int i = 0; i < 200 && rmdir(c->leaf) < 0 && errno == EBUSY; i++) {
+			struct timespec ts = {0, 1000000};
+			nanosleep(&ts, NULL);
+		}
+		struct stat st;
+		if (lstat(c->leaf, &st) == 0)
+			return; /* the record stays for a sweep */
+	}
+	/* Busy or not empty: another sandbox uses it, and the last one out
+	 * removes it. */
+	(void)rmdir(x->cg_dir);
+	if (c->have_record)
+		(void)unlink(c->record);
+}
+
+static int cg_create(const struct express *x, struct cg *c)
+{
+	unsigned long long rnd = 0, start;
+	struct stat ns;
+	*c = (struct cg){.tasks = -1};
+	if (getrandom(&rnd, sizeof rnd, GRND_NONBLOCK) != sizeof rnd) {
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		rnd = (unsigned long long)ts.tv_nsec * 0x9e3779b97f4a7c15ULL ^ (unsigned long long)ts.tv_sec;
+	}
+	if (owner_start(&start) < 0 || stat("/proc/self/ns/pid", &ns) < 0)
+		return -1;
+	snprintf(c->id, sizeof c->id, "sbx-%d-%016llx", (int)getpid(), rnd);
+	if (snprintf(c->leaf, sizeof c->leaf, "%s/%s", x->cg_dir, c->id) >= (int)sizeof c->leaf ||
+	    snprintf(c->record, sizeof c->record, "%s/%s.json", x->state_dir, c->id) >= (int)sizeof c->record ||
+	    !json_safe(c->leaf) || !json_safe(x->cg_parent))
+		return -1;
+	char rec[PATH_MAX + 512];
+	int n = snprintf(rec, sizeof rec,
+			 "{\"version\":1,\"id\":\"%s\",\"parent\":\"%s\",\"v2\":false,\"paths\":[\"%s\"],"
+			 "\"owner_pid\":%d,\"owner_start\":%llu,\"owner_pidns\":%llu}",
+			 c->id, x->cg_parent, c->leaf, (int)getpid(), start, (unsigned long long)ns.st_ino);
+	if (n <= 0 || (size_t)n >= sizeof rec)
+		return -1;
+	int fd = open(c->record, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -1;
+	c->have_record = 1;
+	int w = write_all(fd, rec, (size_t)n);
+	if (close(fd) < 0 || w < 0)
+		return -1;
+	/* Another runtime may remove the (empty) parent between the two
+	 * mkdirs: make it again, as cgroups.Manager does. */
+	for (int i = 0; i < 20; i++) {
+		if (mkdir(x->cg_dir, 0755) < 0 && errno != EEXIST)
+			return -1;
+		if (mkdir(c->leaf, 0755) == 0) {
+			c->have_leaf = 1;
+			break;
+		}
+		if (errno != ENOENT && errno != ENODEV)
+			return -1;
+	}
+	char file[PATH_MAX + 16], val[32];
+	snprintf(val, sizeof val, "%lld", x->pids_max);
+	if (!c->have_leaf || snprintf(file, sizeof file, "%s/pids.max", c->leaf) >= (int)sizeof file ||
+	    write_text(file, val) < 0)
+		return -1;
+	snprintf(file, sizeof file, "%s/tasks", c->leaf);
+	c->tasks = open(file, O_WRONLY | O_CLOEXEC);
+	return c->tasks < 0 ? -1 : 0;
+}
+
+/* ---- after the release ---- */
+
+/* json_str finds "key":"..." in a report and copies its value, unescaped
+ * (a \u escape beyond ASCII becomes '?'), into out. */
+static int json_str(const char *msg, const char *key, char *out, size_t n)
+{
+	char pat[32];
+	snprintf(pat, sizeof pat, "\"%s\":\"", key);
+	const char *s = strstr(msg, pat);
+	if (!s || n == 0)
+		return -1;
+	s += strlen(pat);
+	size_t o = 0;
+	for (; *s && *s != '"' && o + 1 < n; s++) {
+		char c = *s;
+		if (c == '\\') {
+			c = *++s;
+			switch (c) {
+			case 'n': c = '\n'; break;
+			case 't': c = '\t'; break;
+			case 'r': c = '\r'; break;
+			case 'b': c = '\b'; break;
+			case 'f': c = '\f'; break;
+			case 'u': {
+				unsigned v = 0;
+				for (int i = 1; i <= 4; i++) {
+					int d = s[i] ? unhex(s[i] | 0x20) : -1;
+					if (d < 0)
+						return -1;
+					v = v << 4 | (unsigned)d;
+				}
+				s += 4;
+				c = v < 0x80 ? (char)v : '?';
+				break;
+			}
+			case 0: return -1;
+			default: break; /* '"', '\\', '/' */
+			}
+		}
+		out[o++] = c;
+	}
+	out[o] = 0;
+	return 0;
+}
+
+static long json_int(const char *msg, const char *key)
+{
+	char pat[32];
+	snprintf(pat, sizeof pat, "\"%s\":", key);
+	const char *s = strstr(msg, pat);
+	return s ? strtol(s + strlen(pat), NULL, 10) : 0;
+}
+
+/* read_report receives one report into buf; its type, or NULL at EOF. */
+static const char *read_report(int sock, char *buf, size_t n)
+{
+	ssize_t r;
+	do
+		r = recv(sock, buf, n - 1, 0);
+	while (r < 0 && errno == EINTR);
+	if (r <= 0)
+		return NULL;
+	buf[r] = 0;
+	if (strstr(buf, "{\"type\":\"started\"") == buf)
+		return "started";
+	if (strstr(buf, "{\"type\":\"exit\"") == buf)
+		return "exit";
+	if (strstr(buf, "{\"type\":\"error\"") == buf)
+		return "error";
+	return "other";
+}
+
+/* finish waits for the init (the command's status is its report, or the
+ * init's own when it sent none), removes the cgroup and exits as the CLI
+ * does. msg, when set, is a setup failure to print (exit 125). */
+static _Noreturn void finish(const struct express *x, struct cg *c, int pid, const char *msg, int have_exit, int code, int sig)
+{
+	siginfo_t si;
+	int r;
+	do
+		r = waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT);
+	while (r < 0 && errno == EINTR);
+	/* No signal may reach the pid once it can be reaped. */
+	ar_sigfwd_detach();
+	int ws = 0;
+	while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
+		;
+	cg_remove(x, c);
+	if (msg) {
+		char line[8192];
+		if (!have_exit && r == 0) {
+			if (WIFSIGNALED(ws))
+				snprintf(line, sizeof line, "agentrun: sandbox setup failed at %s (signal %d)\n", msg, WTERMSIG(ws));
+			else
+				snprintf(line, sizeof line, "agentrun: sandbox setup failed at %s (exit status %d)\n", msg, WEXITSTATUS(ws));
+		} else {
+			snprintf(line, sizeof line, "agentrun: sandbox setup failed at %s\n", msg);
+		}
+		say_err(line);
+		_exit(EXIT_SETUP);
+	}
+	if (!have_exit) {
+		/* No report: the init itself was killed. */
+		if (WIFSIGNALED(ws))
+			_exit(128 + WTERMSIG(ws));
+		_exit(WEXITSTATUS(ws));
+	}
+	_exit(sig ? 128 + sig : code);
+}
+
+static _Noreturn void run(const struct express *x, struct cg *c, const struct ar_prestart *pre)
+{
+	char buf[16384], step[256], err[4096], msg[4608];
+	int pid = pre->pid, sock = pre->sock;
+	/* The plan is this spawn's (await_verified in cinit.c), then the
+	 * release with the cgroup's tasks file (await_release). A failed send
+	 * means the init is gone; its report says why. */
+	(void)send(sock, "v", 1, MSG_NOSIGNAL);
+	struct iovec iov = {.iov_base = (void *)x->release, .iov_len = x->release_len};
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} ctl;
+	memset(&ctl, 0, sizeof ctl);
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b, .msg_controllen = sizeof ctl.b};
+	struct cmsghdr *h = CMSG_FIRSTHDR(&mh);
+	h->cmsg_level = SOL_SOCKET;
+	h->cmsg_type = SCM_RIGHTS;
+	h->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(h), &c->tasks, sizeof(int));
+	ssize_t sent;
+	do
+		sent = sendmsg(sock, &mh, MSG_NOSIGNAL);
+	while (sent < 0 && errno == EINTR);
+	close(c->tasks);
+	c->tasks = -1;
+
+	const char *t = read_report(sock, buf, sizeof buf);
+	if (!t) {
+		snprintf(msg, sizeof msg, "%s: init exited without a report", sent < 0 ? "sync" : "init");
+		finish(x, c, pid, msg, 0, 0, 0);
+	}
+	if (strcmp(t, "error") == 0) {
+		if (json_str(buf, "step", step, sizeof step) < 0 || json_str(buf, "error", err, sizeof err) < 0)
+			snprintf(msg, sizeof msg, "init: malformed report");
+		else
+			snprintf(msg, sizeof msg, "%s: %s", step, err);
+		finish(x, c, pid, msg, 1, 0, 0);
+	}
+	if (strcmp(t, "exit") == 0) /* the command could not be started */
+		finish(x, c, pid, NULL, 1, (int)json_int(buf, "code"), (int)json_int(buf, "signal"));
+	if (strcmp(t, "started") != 0) {
+		kill(pid, SIGKILL);
+		finish(x, c, pid, "sync: unexpected report", 1, 0, 0);
+	}
+	int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	ar_sigfwd_attach(pidfd, pid);
+	t = read_report(sock, buf, sizeof buf);
+	if (t && strcmp(t, "exit") == 0)
+		finish(x, c, pid, NULL, 1, (int)json_int(buf, "code"), (int)json_int(buf, "signal"));
+	finish(x, c, pid, NULL, 0, 0, 0);
+}
+
+void ar_express(const struct ar_image *img, const char *dir, const char *name, uid_t euid)
+{
+	const char *v = getenv("AGENTRUN_EXPRESS");
+	if (v && (strcmp(v, "0") == 0 || strcmp(v, "off") == 0))
+		return;
+	char rname[64];
+	struct stat st;
+	if (snprintf(rname, sizeof rname, "%s%s", name, EXPRESS_SUFFIX) >= (int)sizeof rname)
+		return;
+	int fd = ar_open_cached(dir, rname, euid, &st);
+	if (fd < 0) {
+		trace("off", "no record");
+		return;
+	}
+	static struct express x;
+	static char text[EXPRESS_MAX];
+	size_t len = (size_t)st.st_size;
+	ssize_t r = 0;
+	size_t got = 0;
+	while (got < len && ((r = read(fd, text + got, len - got)) > 0 || (r < 0 && errno == EINTR)))
+		if (r > 0)
+			got += (size_t)r;
+	close(fd);
+	x = (struct express){.text = text, .len = len};
+	if (got != len || len >= sizeof text || parse(&x) < 0 || x.image_sum != img->checksum) {
+		trace("off", "record not for this image");
+		return;
+	}
+	/* Every input of the plan as it was compiled. */
+	char *at = x.prints;
+	for (char *line; (line = next_line(&x, &at)) && strcmp(line, "end") != 0;) {
+		const char *what = NULL;
+		if (!check_print(line, &what)) {
+			trace("off", what ? what : "bad fingerprint");
+			return;
+		}
+	}
+	/* What the Go side would sweep first, it must see. */
+	if (!private_dir(x.state_dir, euid) || records_left(x.state_dir)) {
+		trace("off", "cgroup records to sweep");
+		return;
+	}
+	static struct cg c;
+	if (cg_create(&x, &c) < 0) {
+		cg_remove(&x, &c);
+		trace("off", "cgroup");
+		return;
+	}
+	/* From here on the signals belong to the command; until the init
+	 * runs it, they are held. */
+	if (ar_sigfwd_install(x.sigs, x.nsigs) < 0) {
+		cg_remove(&x, &c);
+		trace("off", "signals");
+		return;
+	}
+	struct ar_prestart pre = ar_prestart_take();
+	if (pre.state != AR_PRESTART_STARTED) {
+		cg_remove(&x, &c);
+		ar_prestart_put_back(&pre);
+		/* Signals that came meanwhile end the process as they would have
+		 * before Go hooked them. */
+		sigset_t held;
+		sigemptyset(&held);
+		for (int i = 0; i < x.nsigs; i++)
+			sigaddset(&held, x.sigs[i]);
+		sigprocmask(SIG_BLOCK, &held, NULL);
+		ar_sigfwd_uninstall_raise();
+		sigprocmask(SIG_UNBLOCK, &held, NULL);
+		trace("off", "init not started");
+		return;
+	}
+	trace("used", NULL);
+	run(&x, &c, &pre);
+}
