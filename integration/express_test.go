@@ -162,6 +162,17 @@ func TestExpress(t *testing.T) {
 		}
 	})
 
+	t.Run("next to a running sandbox", func(t *testing.T) {
+		run := startSpawn(t, cfg, "/bin/sleep", "30")
+		defer func() { _ = run.cmd.Process.Kill(); run.wait() }()
+		waitRecord(t)
+		r, said := expressSpawn(t, cfg, "/bin/true")
+		mustExit(t, r, 0, "a spawn while another runs")
+		if said != "used" {
+			t.Errorf("a live sandbox's cgroup record kept the express path off: %q", said)
+		}
+	})
+
 	t.Run("kill -9 of the CLI is swept by the next spawn", func(t *testing.T) {
 		run := startSpawn(t, cfg, "/bin/sleep", "30")
 		rec := waitRecord(t)
@@ -245,6 +256,26 @@ func TestExpressStaleHostInputs(t *testing.T) {
 			t.Errorf("express path said %q, want it off at %s", said, src)
 		}
 		mustExit(t, r, 125, "a bind source that became a symlink")
+	})
+
+	t.Run("policy on a pipe", func(t *testing.T) {
+		// The key holds the path of a policy it cannot hash, not its
+		// content: each spawn must read the policy anew.
+		ws := newWorkspace(t)
+		pol := func(v string) spawnCfg {
+			return spawnCfg{ws: ws, flags: []string{"--policy", "/dev/stdin"}, stdin: strings.NewReader(`{"env": ["MARK=` + v + `"]}`)}
+		}
+		for range 3 {
+			r, said := expressSpawn(t, pol("a"), "/bin/true")
+			mustExit(t, r, 0, "spawn with a piped policy")
+			if said == "used" {
+				t.Fatal("the express path ran with a policy it could not hash")
+			}
+		}
+		r, said := expressSpawn(t, pol("b"), "/bin/sh", "-c", "echo $MARK")
+		if said == "used" || strings.TrimSpace(r.stdout) != "b" {
+			t.Errorf("a new piped policy did not take effect (express said %q):\n%s", said, r)
+		}
 	})
 
 	t.Run("copied /etc file made private", func(t *testing.T) {

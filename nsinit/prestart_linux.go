@@ -215,7 +215,12 @@ func adoptPrestart(cfg *Config, pre cinit.Prestart, awaitProg func() (*seccomp.P
 	werr := unix.Sendmsg(pre.Sock, release, oob, nil, 0)
 	p, err = p.awaitStarted(werr)
 	if err == nil && p.pending == nil && cfg.Express != nil {
-		if x := cfg.Express(); x != nil {
+		// A spawn that no longer qualifies (a warning, say) must not
+		// leave the record of one that did.
+		switch x := cfg.Express(); {
+		case x == nil:
+			_ = os.Remove(pre.Path + expressSuffix)
+		case !pre.ExpressHeld:
 			cacheExpress(pre, release, x)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -104,7 +105,7 @@ func spawn(args []string, stderr io.Writer) int {
 		// show violations.
 		SkipUsage:      opts.result == "",
 		SkipViolations: opts.result == "" && !opts.verbose,
-		Express:        true,
+		Express:        opts.splitAtFirstDashDash,
 	}
 	if opts.verbose {
 		ropts.OnViolation = func(v agentrun.Violation) {
@@ -200,9 +201,44 @@ type spawnOpts struct {
 	policy  *agentrun.Policy
 	result  string
 	verbose bool
+	// splitAtFirstDashDash: the flags ended at the first "--", where the
+	// constructor's cache key ends (prestart.c); otherwise that "--" was
+	// a flag's value and the key misses flags, which the express path
+	// must not trust.
+	splitAtFirstDashDash bool
 }
 
 // listFlag collects a repeatable flag.
+// flagsEndAtFirstDashDash reports whether args are flags (with their
+// values) up to the first "--", which is then the terminator, not the
+// value of a flag ("--workspace -- cmd").
+func flagsEndAtFirstDashDash(fs *flag.FlagSet, args []string) bool {
+	end := slices.Index(args, "--")
+	if end < 0 {
+		return false
+	}
+	for i := 0; i < end; i++ {
+		name, hasValue := strings.TrimLeft(args[i], "-"), false
+		if !strings.HasPrefix(args[i], "-") || name == "" || len(args[i])-len(name) > 2 {
+			return false
+		}
+		if k := strings.IndexByte(name, '='); k >= 0 {
+			name, hasValue = name[:k], true
+		}
+		f := fs.Lookup(name)
+		if f == nil {
+			return false
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); hasValue || (ok && b.IsBoolFlag()) {
+			continue
+		}
+		if i++; i >= end {
+			return false // the "--" is this flag's value
+		}
+	}
+	return true
+}
+
 type listFlag []string
 
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
@@ -247,6 +283,7 @@ func parseSpawn(args []string, stderr io.Writer) (*spawnOpts, error) {
 		return nil, err
 	}
 	o := &spawnOpts{result: res, verbose: verbose, policy: &agentrun.Policy{}}
+	o.splitAtFirstDashDash = flagsEndAtFirstDashDash(fs, args)
 	if policyFile != "" {
 		p, err := agentrun.LoadPolicyFile(policyFile)
 		if err != nil {

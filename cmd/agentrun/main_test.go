@@ -105,3 +105,27 @@ func TestProbeFlags(t *testing.T) {
 		t.Errorf("unknown probe flag: code %d", code)
 	}
 }
+
+// TestSplitAtFirstDashDash: only a command line whose flags end at its
+// first "--" may use the express path, whose cache key stops there.
+func TestSplitAtFirstDashDash(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"--", "true"}, true},
+		{[]string{"--net", "none", "--verbose", "--pids=9", "-ro", "/x", "--", "true"}, true},
+		{[]string{"--workspace", "--", "true"}, false},
+		{[]string{"--workspace", "--", "--net", "host", "--", "true"}, false},
+		{[]string{"--env", "A=1", "--verbose=false", "--", "x", "--", "y"}, true},
+		{[]string{"true"}, false},
+	} {
+		o, err := parseSpawn(c.args, io.Discard)
+		if err != nil {
+			t.Fatalf("%q: %v", c.args, err)
+		}
+		if o.splitAtFirstDashDash != c.want {
+			t.Errorf("%q: split at the first -- is %v, want %v", c.args, o.splitAtFirstDashDash, c.want)
+		}
+	}
+}

@@ -36,6 +36,9 @@ const (
 	// spawn starts its init after the Go runtime, as a first spawn with
 	// new flags or working directory does.
 	AgentrunNoPrestart = "agentrun-noprestart"
+	// AgentrunNoExpress is agentrun-none with AGENTRUN_EXPRESS=0: a
+	// prestart hit that the Go side finishes, as before the express path.
+	AgentrunNoExpress = "agentrun-noexpress"
 	// AgentrunUnconfined is agentrun-none without the seccomp filter: the
 	// filter's share of a spawn.
 	AgentrunUnconfined = "agentrun-unconfined"
@@ -49,7 +52,7 @@ const (
 
 // Names lists every contender in display order.
 func Names() []string {
-	return []string{ForkExec, Unshare, Bwrap, Runc, RuncRootless, AgentrunNone, AgentrunNoPrestart, AgentrunHost, AgentrunUnconfined, AgentrunAPI, BwrapRootless, AgentrunRootless}
+	return []string{ForkExec, Unshare, Bwrap, Runc, RuncRootless, AgentrunNone, AgentrunNoPrestart, AgentrunNoExpress, AgentrunHost, AgentrunUnconfined, AgentrunAPI, BwrapRootless, AgentrunRootless}
 }
 
 // Contender is one way of starting /bin/true in a sandbox (or without one,
@@ -197,6 +200,11 @@ func Build(ctx context.Context, opt Options) (*Set, error) {
 	noPre.Env = append(withoutEnv(env, "AGENTRUN_PRESTART"), "AGENTRUN_PRESTART=0")
 	noPre.Command = "AGENTRUN_PRESTART=0 " + noPre.Command
 	add(noPre)
+	noX := agentrunCLI(AgentrunNoExpress, opt.Agentrun, "none")
+	noX.Label = "agentrun-none without the express path (AGENTRUN_EXPRESS=0): Go finishes each prestart hit"
+	noX.Env = append(withoutEnv(env, "AGENTRUN_EXPRESS"), "AGENTRUN_EXPRESS=0")
+	noX.Command = "AGENTRUN_EXPRESS=0 " + noX.Command
+	add(noX)
 	add(agentrunCLI(AgentrunHost, opt.Agentrun, "host"))
 	if selected(opt.Only, AgentrunUnconfined) {
 		add(unconfined(opt.Agentrun, tmp))

@@ -231,6 +231,9 @@ struct ar_prestart {
 	const char *key;
 	uint64_t keylen;
 	uint64_t exe_dev, exe_ino, exe_size, exe_ctime_sec, exe_ctime_nsec;
+	/* The express record held, but the express path stood aside for
+	 * another reason: Go need not write it again. */
+	int express_held;
 };
 
 /* ar_prestart runs in the process's constructor (cinit.c) when the binary
@@ -262,9 +265,9 @@ int ar_open_cached(const char *dir, const char *name, uid_t euid, struct stat *s
  * ar_express, called by ar_prestart once an init is being started from the
  * image, runs the spawn to its end and exits when every fingerprint still
  * holds and the cgroup can be made; otherwise it returns with nothing
- * changed.
+ * changed, 1 when the record held all the same.
  */
-void ar_express(const struct ar_image *img, const char *dir, const char *name, uid_t euid);
+int ar_express(const struct ar_image *img, const char *dir, const char *name, uid_t euid); /* 1: the record held */
 
 /* ar_image_load validates img (len bytes, writable, relocated in place)
  * and returns its plan, or NULL with errno set. check_sum 0 skips the

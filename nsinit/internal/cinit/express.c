@@ -18,6 +18,7 @@
 #define _GNU_SOURCE
 #include "cinit.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -30,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -228,6 +230,8 @@ static int check_print(char *line, const char **detail)
 		int ok = lstat(path, &st) == 0;
 		if (strcmp(rest, "-") == 0)
 			return !ok;
+		if (!ok)
+			return 0;
 		unsigned long long f[6];
 		for (int i = 0; i < 6; i++) {
 			char *v = field(rest, &rest);
@@ -235,7 +239,7 @@ static int check_print(char *line, const char **detail)
 				return 0;
 		}
 		unsigned long long size = S_ISREG(st.st_mode) ? (unsigned long long)st.st_size : 0;
-		return ok && f[0] == st.st_mode && f[1] == st.st_uid && f[2] == st.st_gid && f[3] == size &&
+		return f[0] == st.st_mode && f[1] == st.st_uid && f[2] == st.st_gid && f[3] == size &&
 		       f[4] == (unsigned long long)st.st_dev && f[5] == (unsigned long long)st.st_ino;
 	}
 	if (strcmp(kind, "R") == 0) {
@@ -261,17 +265,66 @@ static int private_dir(const char *dir, uid_t euid)
 	return lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == euid && !(st.st_mode & 022);
 }
 
-/* records_left: the state directory holds a cgroup record (a sandbox that
- * runs, or one a killed runtime left for the Go side to sweep). */
+/* json_u64 reads "key":N from a record; -1 when absent. */
+static int json_u64(const char *msg, const char *key, unsigned long long *v)
+{
+	char pat[32];
+	snprintf(pat, sizeof pat, "\"%s\":", key);
+	const char *s = strstr(msg, pat);
+	if (!s)
+		return -1;
+	s += strlen(pat);
+	char *end;
+	errno = 0;
+	*v = strtoull(s, &end, 10);
+	return end == s || errno || *s == '-' ? -1 : 0;
+}
+
+static int owner_start(unsigned long long *start, const char *stat_path);
+
+/* record_live: the cgroup record at dir/name belongs to a runtime that
+ * still runs (cgroups.Manager.ownerAlive), so a sweep would leave it. */
+static int record_live(int dfd, const char *name, unsigned long long self_ns)
+{
+	char buf[4096], path[64];
+	int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	unsigned long long pid, start, ns, now;
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	if (json_u64(buf, "owner_pid", &pid) < 0 || json_u64(buf, "owner_start", &start) < 0 ||
+	    json_u64(buf, "owner_pidns", &ns) < 0 || pid == 0 || pid > INT_MAX)
+		return 0;
+	if (ns != self_ns)
+		return 1; /* pids of another namespace cannot be checked: kept */
+	struct stat st;
+	snprintf(path, sizeof path, "/proc/%llu/ns/pid", pid);
+	if (stat(path, &st) < 0 || (unsigned long long)st.st_ino != ns)
+		return 0;
+	snprintf(path, sizeof path, "/proc/%llu/stat", pid);
+	return owner_start(&now, path) == 0 && now == start;
+}
+
+/* records_left: the state directory holds a cgroup record that Go would
+ * sweep (one whose runtime is gone), or one it cannot read. Records of
+ * sandboxes that run are no reason to stand aside. */
 static int records_left(const char *dir)
 {
+	struct stat self;
+	if (stat("/proc/self/ns/pid", &self) < 0)
+		return 1;
 	DIR *d = opendir(dir);
 	if (!d)
 		return errno != ENOENT;
 	int found = 0;
 	for (struct dirent *e; !found && (e = readdir(d));) {
 		size_t n = strlen(e->d_name);
-		found = n > 5 && strcmp(e->d_name + n - 5, ".json") == 0;
+		found = n > 5 && strcmp(e->d_name + n - 5, ".json") == 0 &&
+			!record_live(dirfd(d), e->d_name, (unsigned long long)self.st_ino);
 	}
 	closedir(d);
 	return found;
@@ -310,11 +363,11 @@ static int write_text(const char *path, const char *s)
 	return close(fd) < 0 || r < 0 ? -1 : 0;
 }
 
-/* owner_start is field 22 of /proc/self/stat (cgroups.ownerOf). */
-static int owner_start(unsigned long long *start)
+/* owner_start is field 22 of a /proc/PID/stat (cgroups.ownerOf). */
+static int owner_start(unsigned long long *start, const char *stat_path)
 {
 	char buf[1024];
-	int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+	int fd = open(stat_path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
 	ssize_t n = read(fd, buf, sizeof buf - 1);
@@ -384,7 +437,7 @@ static int cg_create(const struct express *x, struct cg *c)
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		rnd = (unsigned long long)ts.tv_nsec * 0x9e3779b97f4a7c15ULL ^ (unsigned long long)ts.tv_sec;
 	}
-	if (owner_start(&start) < 0 || stat("/proc/self/ns/pid", &ns) < 0)
+	if (owner_start(&start, "/proc/self/stat") < 0 || stat("/proc/self/ns/pid", &ns) < 0)
 		return -1;
 	snprintf(c->id, sizeof c->id, "sbx-%d-%016llx", (int)getpid(), rnd);
 	if (snprintf(c->leaf, sizeof c->leaf, "%s/%s", x->cg_dir, c->id) >= (int)sizeof c->leaf ||
@@ -518,8 +571,15 @@ static _Noreturn void finish(const struct express *x, struct cg *c, int pid, con
 	if (msg) {
 		char line[8192];
 		if (!have_exit && r == 0) {
-			if (WIFSIGNALED(ws))
-				snprintf(line, sizeof line, "agentrun: sandbox setup failed at %s (signal %d)\n", msg, WTERMSIG(ws));
+			if (WIFSIGNALED(ws)) {
+				/* As Go's describeStatus: "signal: killed". */
+				char name[64];
+				const char *sn = strsignal(WTERMSIG(ws));
+				snprintf(name, sizeof name, "%s", sn ? sn : "unknown signal");
+				for (char *q = name; *q; q++)
+					*q = (char)tolower((unsigned char)*q);
+				snprintf(line, sizeof line, "agentrun: sandbox setup failed at %s (signal: %s)\n", msg, name);
+			}
 			else
 				snprintf(line, sizeof line, "agentrun: sandbox setup failed at %s (exit status %d)\n", msg, WEXITSTATUS(ws));
 		} else {
@@ -566,6 +626,8 @@ static _Noreturn void run(const struct express *x, struct cg *c, const struct ar
 
 	const char *t = read_report(sock, buf, sizeof buf);
 	if (!t) {
+		/* EOF, or a socket error with the init perhaps still there. */
+		kill(pid, SIGKILL);
 		snprintf(msg, sizeof msg, "%s: init exited without a report", sent < 0 ? "sync" : "init");
 		finish(x, c, pid, msg, 0, 0, 0);
 	}
@@ -584,39 +646,55 @@ static _Noreturn void run(const struct express *x, struct cg *c, const struct ar
 	}
 	int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	ar_sigfwd_attach(pidfd, pid);
-	t = read_report(sock, buf, sizeof buf);
-	if (t && strcmp(t, "exit") == 0)
-		finish(x, c, pid, NULL, 1, (int)json_int(buf, "code"), (int)json_int(buf, "signal"));
+	/* The exit report, or EOF when the init itself was killed. */
+	while ((t = read_report(sock, buf, sizeof buf)))
+		if (strcmp(t, "exit") == 0)
+			finish(x, c, pid, NULL, 1, (int)json_int(buf, "code"), (int)json_int(buf, "signal"));
 	finish(x, c, pid, NULL, 0, 0, 0);
 }
 
-void ar_express(const struct ar_image *img, const char *dir, const char *name, uid_t euid)
+int ar_express(const struct ar_image *img, const char *dir, const char *name, uid_t euid)
 {
 	const char *v = getenv("AGENTRUN_EXPRESS");
 	if (v && (strcmp(v, "0") == 0 || strcmp(v, "off") == 0))
-		return;
+		return 0;
 	char rname[64];
 	struct stat st;
 	if (snprintf(rname, sizeof rname, "%s%s", name, EXPRESS_SUFFIX) >= (int)sizeof rname)
-		return;
+		return 0;
 	int fd = ar_open_cached(dir, rname, euid, &st);
 	if (fd < 0) {
 		trace("off", "no record");
-		return;
+		return 0;
 	}
 	static struct express x;
 	static char text[EXPRESS_MAX];
 	size_t len = (size_t)st.st_size;
 	ssize_t r = 0;
 	size_t got = 0;
+	if (len >= sizeof text) {
+		close(fd);
+		trace("off", "record too large");
+		return 0;
+	}
 	while (got < len && ((r = read(fd, text + got, len - got)) > 0 || (r < 0 && errno == EINTR)))
 		if (r > 0)
 			got += (size_t)r;
 	close(fd);
 	x = (struct express){.text = text, .len = len};
-	if (got != len || len >= sizeof text || parse(&x) < 0 || x.image_sum != img->checksum) {
+	if (got != len || parse(&x) < 0 || x.image_sum != img->checksum) {
 		trace("off", "record not for this image");
-		return;
+		return 0;
+	}
+	/* Go lowers an rlimit above the hard limit this process holds, with
+	 * a warning: a record exists only for plans it did not lower. */
+	for (int i = 0; i < img->plan->nrlimits; i++) {
+		struct rlimit rl;
+		const struct ar_rlimit *pr = &img->plan->rlimits[i];
+		if (getrlimit(pr->resource, &rl) < 0 || (rl.rlim_max != RLIM_INFINITY && pr->hard > rl.rlim_max)) {
+			trace("off", pr->name);
+			return 0;
+		}
 	}
 	/* Every input of the plan as it was compiled. */
 	char *at = x.prints;
@@ -624,26 +702,26 @@ void ar_express(const struct ar_image *img, const char *dir, const char *name, u
 		const char *what = NULL;
 		if (!check_print(line, &what)) {
 			trace("off", what ? what : "bad fingerprint");
-			return;
+			return 0;
 		}
 	}
 	/* What the Go side would sweep first, it must see. */
 	if (!private_dir(x.state_dir, euid) || records_left(x.state_dir)) {
 		trace("off", "cgroup records to sweep");
-		return;
+		return 1;
 	}
 	static struct cg c;
 	if (cg_create(&x, &c) < 0) {
 		cg_remove(&x, &c);
 		trace("off", "cgroup");
-		return;
+		return 1;
 	}
 	/* From here on the signals belong to the command; until the init
 	 * runs it, they are held. */
 	if (ar_sigfwd_install(x.sigs, x.nsigs) < 0) {
 		cg_remove(&x, &c);
 		trace("off", "signals");
-		return;
+		return 1;
 	}
 	struct ar_prestart pre = ar_prestart_take();
 	if (pre.state != AR_PRESTART_STARTED) {
@@ -659,7 +737,7 @@ void ar_express(const struct ar_image *img, const char *dir, const char *name, u
 		ar_sigfwd_uninstall_raise();
 		sigprocmask(SIG_UNBLOCK, &held, NULL);
 		trace("off", "init not started");
-		return;
+		return 1;
 	}
 	trace("used", NULL);
 	run(&x, &c, &pre);

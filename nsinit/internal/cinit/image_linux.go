@@ -47,6 +47,9 @@ type Prestart struct {
 	Path string
 	Key  []byte
 	Exe  Exe
+	// ExpressHeld: the express record still held on this spawn (the
+	// express path stood aside for another reason).
+	ExpressHeld bool
 }
 
 // TakePrestart returns what the constructor did, once; later calls, and
@@ -60,6 +63,7 @@ func TakePrestart() Prestart {
 	p.Path = C.GoString(r.path)
 	p.Key = C.GoBytes(unsafe.Pointer(r.key), C.int(r.keylen))
 	p.Exe = Exe{uint64(r.exe_dev), uint64(r.exe_ino), uint64(r.exe_size), uint64(r.exe_ctime_sec), uint64(r.exe_ctime_nsec)}
+	p.ExpressHeld = r.express_held != 0
 	for i := 0; *at(r.argv, i) != nil; i++ {
 		p.Argv = append(p.Argv, C.GoString(*at(r.argv, i)))
 	}

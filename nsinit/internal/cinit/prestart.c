@@ -344,15 +344,27 @@ static int key_add(size_t *at, const char *s)
  * device here would take from the Go side what it reads next. Anything
  * else keys on its path alone; the plan's check and the init's wait for
  * it before touching host directories (await_verify) keep that safe. */
+/* policy_unhashed: the key has a policy file's path but not its content
+ * (key_add_file). Go compiles the plan anew on every spawn, so a hit stays
+ * safe; the express path, which trusts the key for the policy, stands
+ * aside. */
+static int policy_unhashed;
+
+static int key_add_unhashed(size_t *at)
+{
+	policy_unhashed = 1;
+	return key_add(at, "policy:not-hashed");
+}
+
 static int key_add_file(size_t *at, const char *path)
 {
 	char line[64];
 	struct stat st, fst;
 	if (stat(path, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > (1 << 20))
-		return key_add(at, "policy:not-hashed");
+		return key_add_unhashed(at);
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0)
-		return key_add(at, "policy:not-hashed");
+		return key_add_unhashed(at);
 	uint64_t h = FNV_OFFSET, n = 0;
 	int ok = fstat(fd, &fst) == 0 && S_ISREG(fst.st_mode) && fst.st_dev == st.st_dev && fst.st_ino == st.st_ino;
 	unsigned char buf[4096];
@@ -368,7 +380,7 @@ static int key_add_file(size_t *at, const char *path)
 	}
 	close(fd);
 	if (!ok)
-		return key_add(at, "policy:not-hashed");
+		return key_add_unhashed(at);
 	snprintf(line, sizeof line, "policy:%llu:%016llx", (unsigned long long)n, (unsigned long long)h);
 	return key_add(at, line);
 }
@@ -609,7 +621,8 @@ void ar_prestart(int argc, char **argv, char **envp)
 	result.image = mem;
 	result.image_len = len;
 	result.argv = av;
-	ar_express(h, dir, name, euid);
+	if (!policy_unhashed)
+		result.express_held = ar_express(h, dir, name, euid);
 	return;
 
 close_sock:
