@@ -105,7 +105,9 @@ func spawn(args []string, stderr io.Writer) int {
 		// show violations.
 		SkipUsage:      opts.result == "",
 		SkipViolations: opts.result == "" && !opts.verbose,
-		Express:        opts.splitAtFirstDashDash,
+		// AGENTRUN_EXPRESS=0 turns the express path off (express.c):
+		// then there is nothing to cache for it either.
+		Express: opts.splitAtFirstDashDash && os.Getenv("AGENTRUN_EXPRESS") != "0" && os.Getenv("AGENTRUN_EXPRESS") != "off",
 	}
 	if opts.verbose {
 		ropts.OnViolation = func(v agentrun.Violation) {
