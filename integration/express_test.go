@@ -276,6 +276,15 @@ func TestExpressStaleHostInputs(t *testing.T) {
 		if said == "used" || strings.TrimSpace(r.stdout) != "b" {
 			t.Errorf("a new piped policy did not take effect (express said %q):\n%s", said, r)
 		}
+		// The key (prestart.c) has the path and a marker for the content.
+		img := imagePath(os.Geteuid(), os.Getegid(), "/run/agentrun", os.TempDir(),
+			[]string{"--workspace", ws, "--policy", "policy:not-hashed", "/dev/stdin"}, nil)
+		if !exists(img) {
+			t.Fatalf("no plan image at %s: the test's key is not the constructor's", img)
+		}
+		if exists(img + ".express") {
+			t.Errorf("an express record was written for a key without the policy's content: %s.express", img)
+		}
 	})
 
 	t.Run("copied /etc file made private", func(t *testing.T) {

@@ -218,7 +218,7 @@ func adoptPrestart(cfg *Config, pre cinit.Prestart, awaitProg func() (*seccomp.P
 		// A spawn that no longer qualifies (a warning, say) must not
 		// leave the record of one that did.
 		switch x := cfg.Express(); {
-		case x == nil:
+		case x == nil || pre.NoExpress:
 			_ = os.Remove(pre.Path + expressSuffix)
 		case !pre.ExpressHeld:
 			cacheExpress(pre, release, x)
@@ -283,12 +283,24 @@ func cacheImage(path string, img []byte) {
 	if err := statedir.Ensure(dir, euid); err != nil {
 		return
 	}
-	if ents, err := os.ReadDir(dir); err == nil && len(ents) >= maxImages {
+	if ents, err := os.ReadDir(dir); err == nil && countImages(ents) >= maxImages {
 		for _, e := range ents {
 			_ = os.Remove(filepath.Join(dir, e.Name()))
 		}
 	}
 	writeCached(path, img)
+}
+
+// countImages counts the plan images among a cache directory's entries
+// (not their express records).
+func countImages(ents []os.DirEntry) int {
+	n := 0
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), expressSuffix) {
+			n++
+		}
+	}
+	return n
 }
 
 // writeCached replaces path (in the private cache directory) with data.

@@ -210,7 +210,6 @@ type spawnOpts struct {
 	splitAtFirstDashDash bool
 }
 
-// listFlag collects a repeatable flag.
 // flagsEndAtFirstDashDash reports whether args are flags (with their
 // values) up to the first "--", which is then the terminator, not the
 // value of a flag ("--workspace -- cmd").
@@ -241,6 +240,7 @@ func flagsEndAtFirstDashDash(fs *flag.FlagSet, args []string) bool {
 	return true
 }
 
+// listFlag collects a repeatable flag.
 type listFlag []string
 
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }

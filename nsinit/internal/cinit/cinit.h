@@ -234,6 +234,9 @@ struct ar_prestart {
 	/* The express record held, but the express path stood aside for
 	 * another reason: Go need not write it again. */
 	int express_held;
+	/* The key names a policy file it could not hash: the express path
+	 * never applies, so Go writes no record for it. */
+	int no_express;
 };
 
 /* ar_prestart runs in the process's constructor (cinit.c) when the binary

@@ -572,13 +572,15 @@ static _Noreturn void finish(const struct express *x, struct cg *c, int pid, con
 		char line[8192];
 		if (!have_exit && r == 0) {
 			if (WIFSIGNALED(ws)) {
-				/* As Go's describeStatus: "signal: killed". */
+				/* As Go's describeStatus: "signal: killed". Go's
+				 * names are glibc's with a lower-case first letter. */
 				char name[64];
 				const char *sn = strsignal(WTERMSIG(ws));
 				snprintf(name, sizeof name, "%s", sn ? sn : "unknown signal");
-				for (char *q = name; *q; q++)
-					*q = (char)tolower((unsigned char)*q);
-				snprintf(line, sizeof line, "agentrun: sandbox setup failed at %s (signal: %s)\n", msg, name);
+				if (islower((unsigned char)name[1]))
+					name[0] = (char)tolower((unsigned char)name[0]);
+				snprintf(line, sizeof line, "agentrun: sandbox setup failed at %s (signal: %s%s)\n", msg, name,
+					 WCOREDUMP(ws) ? " (core dumped)" : "");
 			}
 			else
 				snprintf(line, sizeof line, "agentrun: sandbox setup failed at %s (exit status %d)\n", msg, WEXITSTATUS(ws));

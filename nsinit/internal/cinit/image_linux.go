@@ -50,6 +50,9 @@ type Prestart struct {
 	// ExpressHeld: the express record still held on this spawn (the
 	// express path stood aside for another reason).
 	ExpressHeld bool
+	// NoExpress: the express path cannot apply to this key (a policy
+	// file it could not hash), so no record is written for it.
+	NoExpress bool
 }
 
 // TakePrestart returns what the constructor did, once; later calls, and
@@ -64,6 +67,7 @@ func TakePrestart() Prestart {
 	p.Key = C.GoBytes(unsafe.Pointer(r.key), C.int(r.keylen))
 	p.Exe = Exe{uint64(r.exe_dev), uint64(r.exe_ino), uint64(r.exe_size), uint64(r.exe_ctime_sec), uint64(r.exe_ctime_nsec)}
 	p.ExpressHeld = r.express_held != 0
+	p.NoExpress = r.no_express != 0
 	for i := 0; *at(r.argv, i) != nil; i++ {
 		p.Argv = append(p.Argv, C.GoString(*at(r.argv, i)))
 	}

@@ -621,6 +621,7 @@ void ar_prestart(int argc, char **argv, char **envp)
 	result.image = mem;
 	result.image_len = len;
 	result.argv = av;
+	result.no_express = policy_unhashed;
 	if (!policy_unhashed)
 		result.express_held = ar_express(h, dir, name, euid);
 	return;
