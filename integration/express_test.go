@@ -258,6 +258,30 @@ func TestExpressStaleHostInputs(t *testing.T) {
 		mustExit(t, r, 125, "a bind source that became a symlink")
 	})
 
+	t.Run("a setup failure after the release reads as on the Go path", func(t *testing.T) {
+		// A file where a mount point inside the workspace goes: the init
+		// fails after the release, which it then never reads.
+		ws := newWorkspace(t)
+		src := tempDir(t)
+		cfg := spawnCfg{ws: ws, flags: []string{"--ro", src + ":/workspace/sub"}}
+		warmExpress(t, cfg)
+		if err := os.Remove(filepath.Join(ws, "sub")); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(ws, "sub"), "a file\n", 0o644)
+		r, said := expressSpawn(t, cfg, "/bin/true")
+		if said != "used" {
+			t.Fatalf("express path not taken: %q", said)
+		}
+		goCfg := cfg
+		goCfg.env = []string{"AGENTRUN_EXPRESS=0"}
+		g := spawn(t, goCfg, "/bin/true")
+		mustExit(t, g, 125, "the Go path with a file at the mount point")
+		if r.code != g.code || r.stderr != g.stderr || !strings.Contains(r.stderr, "mount /workspace/sub") {
+			t.Errorf("the express path's failure differs from the Go path's:\nexpress: %s\ngo: %s", r, g)
+		}
+	})
+
 	t.Run("policy on a pipe", func(t *testing.T) {
 		// The key holds the path of a policy it cannot hash, not its
 		// content: each spawn must read the policy anew.

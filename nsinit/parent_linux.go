@@ -512,6 +512,11 @@ func (p *Process) read() (report, error) {
 			buf = make([]byte, n)
 		}
 		n, oobn, _, _, err = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if errors.Is(err, unix.ECONNRESET) {
+			// The same, when the child went away between the peek and
+			// this read (seen in CI): the report is still queued.
+			n, oobn, _, _, err = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
+		}
 		return !errors.Is(err, unix.EAGAIN)
 	})
 	if rerr != nil {

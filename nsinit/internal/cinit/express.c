@@ -537,9 +537,12 @@ static long json_int(const char *msg, const char *key)
 static const char *read_report(int sock, char *buf, size_t n)
 {
 	ssize_t r;
+	int resets = 0;
+	/* An init that died with our release unread makes the kernel report
+	 * ECONNRESET once, ahead of the report it queued (nsinit's read). */
 	do
 		r = recv(sock, buf, n - 1, 0);
-	while (r < 0 && errno == EINTR);
+	while (r < 0 && (errno == EINTR || (errno == ECONNRESET && resets++ == 0)));
 	if (r <= 0)
 		return NULL;
 	buf[r] = 0;
