@@ -120,14 +120,22 @@ func TestExpress(t *testing.T) {
 		if rec.OwnerPID != run.pid() {
 			t.Errorf("record owner %d, want the CLI %d", rec.OwnerPID, run.pid())
 		}
-		if b, _ := os.ReadFile(trace); strings.TrimSpace(string(b)) != "express: used" {
+		// The constructor makes the cgroup first and writes the trace
+		// right after.
+		if b := waitContent(t, trace); strings.TrimSpace(b) != "express: used" {
 			t.Fatalf("express path not taken: %q", b)
 		}
 		leaf := rec.Paths[0]
 		if b, err := os.ReadFile(filepath.Join(leaf, "pids.max")); err != nil || strings.TrimSpace(string(b)) != "24" {
 			t.Errorf("pids.max of %s: %q %v, want 24", leaf, b, err)
 		}
-		tasks, _ := os.ReadFile(filepath.Join(leaf, "tasks"))
+		// The init joins at its release and then starts sleep.
+		var tasks []byte
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if tasks, _ = os.ReadFile(filepath.Join(leaf, "tasks")); len(strings.Fields(string(tasks))) >= 2 {
+				break
+			}
+		}
 		if n := len(strings.Fields(string(tasks))); n != 2 {
 			t.Errorf("%s holds %d tasks (%q), want the init and sleep", leaf, n, tasks)
 		}
@@ -214,6 +222,19 @@ func waitRecord(t *testing.T) cgroupRecord {
 	}
 	t.Fatal("no cgroup state record appeared")
 	return cgroupRecord{}
+}
+
+// waitContent returns p's content once it is not empty.
+func waitContent(t *testing.T, p string) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, _ := os.ReadFile(p)
+		if len(b) > 0 || time.Now().After(deadline) {
+			return string(b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func waitFile(t *testing.T, p string) {
