@@ -25,18 +25,42 @@ import (
 // reads or resolves, and files it reads, which the express path cannot
 // re-check and so rule it out.
 type hostRecorder struct {
-	lines []string
+	reads []hostRead
 	// unsupported: a read without a fingerprint (a file's content, a
 	// failed readlink, a name with a tab or a newline).
 	unsupported bool
 }
 
-func (r *hostRecorder) add(kind, path, rest string) {
-	if strings.ContainsAny(path, "\t\n\x00") || strings.ContainsAny(rest, "\n\x00") {
+// hostRead is one fingerprint, formatted only when a record is written
+// (lines): most spawns write none.
+type hostRead struct {
+	kind, path, rest string
+	st               *syscall.Stat_t // kind "L" when lstat succeeded
+}
+
+func (r *hostRecorder) add(h hostRead) {
+	if strings.ContainsAny(h.path, "\t\n\x00") || strings.ContainsAny(h.rest, "\n\x00") {
 		r.unsupported = true
 		return
 	}
-	r.lines = append(r.lines, kind+"\t"+path+"\t"+rest)
+	r.reads = append(r.reads, h)
+}
+
+// lines formats the fingerprints as nsinit.Express has them.
+func (r *hostRecorder) lines() []string {
+	out := make([]string, 0, len(r.reads)+2)
+	for _, h := range r.reads {
+		rest := h.rest
+		if st := h.st; st != nil {
+			size := int64(0)
+			if st.Mode&syscall.S_IFMT == syscall.S_IFREG {
+				size = st.Size
+			}
+			rest = fmt.Sprintf("%d\t%d\t%d\t%d\t%d\t%d", st.Mode, st.Uid, st.Gid, size, st.Dev, st.Ino)
+		}
+		out = append(out, h.kind+"\t"+h.path+"\t"+rest)
+	}
+	return out
 }
 
 func (r *hostRecorder) lstat(path string) (fs.FileInfo, error) {
@@ -44,15 +68,11 @@ func (r *hostRecorder) lstat(path string) (fs.FileInfo, error) {
 	st, ok := sysStat(fi)
 	switch {
 	case err != nil:
-		r.add("L", path, "-")
+		r.add(hostRead{kind: "L", path: path, rest: "-"})
 	case !ok:
 		r.unsupported = true
 	default:
-		size := int64(0)
-		if fi.Mode().IsRegular() {
-			size = st.Size
-		}
-		r.add("L", path, fmt.Sprintf("%d\t%d\t%d\t%d\t%d\t%d", st.Mode, st.Uid, st.Gid, size, st.Dev, st.Ino))
+		r.add(hostRead{kind: "L", path: path, st: st})
 	}
 	return fi, err
 }
@@ -70,7 +90,7 @@ func (r *hostRecorder) readlink(path string) (string, error) {
 	if err != nil || strings.ContainsAny(t, "\t") {
 		r.unsupported = true
 	} else {
-		r.add("R", path, t)
+		r.add(hostRead{kind: "R", path: path, rest: t})
 	}
 	return t, err
 }
@@ -79,12 +99,12 @@ func (r *hostRecorder) resolve(path string) (string, error) {
 	t, err := filepath.EvalSymlinks(path)
 	switch {
 	case err != nil:
-		r.add("E", path, "-")
+		r.add(hostRead{kind: "E", path: path, rest: "-"})
 	case !filepath.IsAbs(t):
 		// Only absolute answers compare with realpath(3).
 		r.unsupported = true
 	default:
-		r.add("E", path, t)
+		r.add(hostRead{kind: "E", path: path, rest: t})
 	}
 	return t, err
 }
@@ -141,20 +161,17 @@ func expressFor(spec *specs.Spec, timeout int64, opts Options, rec *hostRecorder
 	h := fnv.New64a()
 	h.Write(self)
 	x := &nsinit.Express{
-		Fingerprints: append(slices.Clip(rec.lines), fmt.Sprintf("C\t%016x", h.Sum64())),
-		StateDir:     filepath.Dir(cg.Record()),
-		CgroupDir:    filepath.Dir(cg.Paths()[0]),
-		PidsMax:      pids,
+		StateDir:  filepath.Dir(cg.Record()),
+		CgroupDir: filepath.Dir(cg.Paths()[0]),
+		PidsMax:   pids,
 	}
 	x.CgroupParent = filepath.Base(x.CgroupDir)
 	// The directory the sandbox's parent cgroup is made in: a remount
 	// changes it.
-	base := filepath.Dir(x.CgroupDir)
-	var st syscall.Stat_t
-	if err := syscall.Lstat(base, &st); err != nil {
+	if _, err := rec.lstat(filepath.Dir(x.CgroupDir)); err != nil || rec.unsupported {
 		return nil
 	}
-	x.Fingerprints = append(x.Fingerprints, fmt.Sprintf("L\t%s\t%d\t%d\t%d\t0\t%d\t%d", base, st.Mode, st.Uid, st.Gid, st.Dev, st.Ino))
+	x.Fingerprints = append(rec.lines(), fmt.Sprintf("C\t%016x", h.Sum64()))
 	for _, s := range opts.ForwardSignals {
 		sig, ok := s.(syscall.Signal)
 		if !ok {

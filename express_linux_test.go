@@ -37,7 +37,7 @@ func TestHostRecorder(t *testing.T) {
 		t.Fatal("the default policy's host reads were marked unsupported")
 	}
 	seen := map[string]bool{}
-	for _, l := range rec.lines {
+	for _, l := range rec.lines() {
 		f := strings.Split(l, "\t")
 		if len(f) < 3 || (f[0] == "L" && len(f) != 3 && len(f) != 8) {
 			t.Fatalf("malformed fingerprint %q", l)

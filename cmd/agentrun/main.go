@@ -107,7 +107,7 @@ func spawn(args []string, stderr io.Writer) int {
 		SkipViolations: opts.result == "" && !opts.verbose,
 		// AGENTRUN_EXPRESS=0 turns the express path off (express.c):
 		// then there is nothing to cache for it either.
-		Express: opts.splitAtFirstDashDash && os.Getenv("AGENTRUN_EXPRESS") != "0" && os.Getenv("AGENTRUN_EXPRESS") != "off",
+		Express: opts.splitAtFirstDashDash && !slices.Contains([]string{"0", "off"}, os.Getenv("AGENTRUN_EXPRESS")),
 	}
 	if opts.verbose {
 		ropts.OnViolation = func(v agentrun.Violation) {

@@ -247,6 +247,16 @@ void ar_prestart(int argc, char **argv, char **envp);
 const char *const *ar_prestart_pass_env(void);
 struct ar_prestart ar_prestart_take(void);
 
+/* Shared by prestart.c and express.c. FNV-1a 64 of p, continuing h
+ * (AR_FNV_OFFSET to start). */
+#define AR_FNV_OFFSET 0xcbf29ce484222325ULL
+uint64_t ar_fnv1a(const unsigned char *p, uint64_t n, uint64_t h);
+/* ar_read_all reads exactly n bytes: 0, or -1. */
+int ar_read_all(int fd, void *buf, size_t n);
+/* ar_read_text reads up to n-1 bytes of a small file (a /proc one) in one
+ * read into buf, NUL-terminated; its length, or -1. */
+ssize_t ar_read_text(const char *path, char *buf, size_t n);
+
 /* ar_prestart_put_back undoes ar_prestart_take: the express path took
  * the init and then left the spawn to Go. */
 void ar_prestart_put_back(const struct ar_prestart *r);

@@ -51,6 +51,7 @@ struct express {
 	unsigned char release[AR_RELEASE_MAX];
 	size_t release_len;
 	char *prints; /* the first fingerprint line */
+	unsigned long long self_ns; /* this process's PID namespace (inode) */
 };
 
 /* trace writes one line to $AGENTRUN_EXPRESS_TRACE, for tests: whether
@@ -69,31 +70,6 @@ static void trace(const char *what, const char *detail)
 		return;
 	(void)!write(fd, line, (size_t)n);
 	close(fd);
-}
-
-/* say writes msg to stderr whole, as the CLI's messages are. */
-static void say_err(const char *msg)
-{
-	size_t n = strlen(msg);
-	while (n > 0) {
-		ssize_t w = write(2, msg, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return;
-		msg += w;
-		n -= (size_t)w;
-	}
-}
-
-static uint64_t fnv1a64(const unsigned char *p, size_t n)
-{
-	uint64_t h = 0xcbf29ce484222325ULL;
-	for (size_t i = 0; i < n; i++) {
-		h ^= p[i];
-		h *= 0x100000001b3ULL;
-	}
-	return h;
 }
 
 /* next_line returns the line at *at (NUL-terminated in place) and moves
@@ -219,7 +195,7 @@ static int check_print(char *line, const char **detail)
 				n += (size_t)r;
 		close(fd);
 		char want[24];
-		snprintf(want, sizeof want, "%016llx", (unsigned long long)fnv1a64((unsigned char *)buf, n));
+		snprintf(want, sizeof want, "%016llx", (unsigned long long)ar_fnv1a((unsigned char *)buf, n, AR_FNV_OFFSET));
 		*detail = "/proc/self/cgroup";
 		return n < sizeof buf && !rest && strcmp(path, want) == 0;
 	}
@@ -280,7 +256,31 @@ static int json_u64(const char *msg, const char *key, unsigned long long *v)
 	return end == s || errno || *s == '-' ? -1 : 0;
 }
 
-static int owner_start(unsigned long long *start, const char *stat_path);
+/* owner_start is field 22 of a /proc/PID/stat (cgroups.ownerOf). */
+static int owner_start(unsigned long long *start, const char *stat_path)
+{
+	char buf[1024];
+	if (ar_read_text(stat_path, buf, sizeof buf) < 0)
+		return -1;
+	char *s = strrchr(buf, ')');
+	if (!s)
+		return -1;
+	s++;
+	/* After ")": field 3 onward; starttime is the 20th of them. */
+	for (int i = 0; i < 20; i++) {
+		while (*s == ' ')
+			s++;
+		if (!*s)
+			return -1;
+		if (i == 19)
+			break;
+		while (*s && *s != ' ')
+			s++;
+	}
+	char *end;
+	*start = strtoull(s, &end, 10);
+	return end == s ? -1 : 0;
+}
 
 /* record_live: the cgroup record at dir/name belongs to a runtime that
  * still runs (cgroups.Manager.ownerAlive), so a sweep would leave it. */
@@ -312,11 +312,8 @@ static int record_live(int dfd, const char *name, unsigned long long self_ns)
 /* records_left: the state directory holds a cgroup record that Go would
  * sweep (one whose runtime is gone), or one it cannot read. Records of
  * sandboxes that run are no reason to stand aside. */
-static int records_left(const char *dir)
+static int records_left(const char *dir, unsigned long long self_ns)
 {
-	struct stat self;
-	if (stat("/proc/self/ns/pid", &self) < 0)
-		return 1;
 	DIR *d = opendir(dir);
 	if (!d)
 		return errno != ENOENT;
@@ -324,7 +321,7 @@ static int records_left(const char *dir)
 	for (struct dirent *e; !found && (e = readdir(d));) {
 		size_t n = strlen(e->d_name);
 		found = n > 5 && strcmp(e->d_name + n - 5, ".json") == 0 &&
-			!record_live(dirfd(d), e->d_name, (unsigned long long)self.st_ino);
+			!record_live(dirfd(d), e->d_name, self_ns);
 	}
 	closedir(d);
 	return found;
@@ -363,38 +360,6 @@ static int write_text(const char *path, const char *s)
 	return close(fd) < 0 || r < 0 ? -1 : 0;
 }
 
-/* owner_start is field 22 of a /proc/PID/stat (cgroups.ownerOf). */
-static int owner_start(unsigned long long *start, const char *stat_path)
-{
-	char buf[1024];
-	int fd = open(stat_path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	ssize_t n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = 0;
-	char *s = strrchr(buf, ')');
-	if (!s)
-		return -1;
-	s++;
-	/* After ")": field 3 onward; starttime is the 20th of them. */
-	for (int i = 0; i < 20; i++) {
-		while (*s == ' ')
-			s++;
-		if (!*s)
-			return -1;
-		if (i == 19)
-			break;
-		while (*s && *s != ' ')
-			s++;
-	}
-	char *end;
-	*start = strtoull(s, &end, 10);
-	return end == s ? -1 : 0;
-}
-
 /* json_safe: s needs no escaping in a JSON string. */
 static int json_safe(const char *s)
 {
@@ -430,14 +395,13 @@ static void cg_remove(const struct express *x, struct cg *c)
 static int cg_create(const struct express *x, struct cg *c)
 {
 	unsigned long long rnd = 0, start;
-	struct stat ns;
 	*c = (struct cg){.tasks = -1};
 	if (getrandom(&rnd, sizeof rnd, GRND_NONBLOCK) != sizeof rnd) {
 		struct timespec ts;
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		rnd = (unsigned long long)ts.tv_nsec * 0x9e3779b97f4a7c15ULL ^ (unsigned long long)ts.tv_sec;
 	}
-	if (owner_start(&start, "/proc/self/stat") < 0 || stat("/proc/self/ns/pid", &ns) < 0)
+	if (owner_start(&start, "/proc/self/stat") < 0)
 		return -1;
 	snprintf(c->id, sizeof c->id, "sbx-%d-%016llx", (int)getpid(), rnd);
 	if (snprintf(c->leaf, sizeof c->leaf, "%s/%s", x->cg_dir, c->id) >= (int)sizeof c->leaf ||
@@ -448,7 +412,7 @@ static int cg_create(const struct express *x, struct cg *c)
 	int n = snprintf(rec, sizeof rec,
 			 "{\"version\":1,\"id\":\"%s\",\"parent\":\"%s\",\"v2\":false,\"paths\":[\"%s\"],"
 			 "\"owner_pid\":%d,\"owner_start\":%llu,\"owner_pidns\":%llu}",
-			 c->id, x->cg_parent, c->leaf, (int)getpid(), start, (unsigned long long)ns.st_ino);
+			 c->id, x->cg_parent, c->leaf, (int)getpid(), start, x->self_ns);
 	if (n <= 0 || (size_t)n >= sizeof rec)
 		return -1;
 	int fd = open(c->record, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -525,12 +489,11 @@ static int json_str(const char *msg, const char *key, char *out, size_t n)
 	return 0;
 }
 
-static long json_int(const char *msg, const char *key)
+/* report_int is a report's "key":N, 0 when absent. */
+static int report_int(const char *msg, const char *key)
 {
-	char pat[32];
-	snprintf(pat, sizeof pat, "\"%s\":", key);
-	const char *s = strstr(msg, pat);
-	return s ? strtol(s + strlen(pat), NULL, 10) : 0;
+	unsigned long long v;
+	return json_u64(msg, key, &v) < 0 || v > INT_MAX ? 0 : (int)v;
 }
 
 /* read_report receives one report into buf; its type, or NULL at EOF. */
@@ -590,7 +553,7 @@ static _Noreturn void finish(const struct express *x, struct cg *c, int pid, con
 		} else {
 			snprintf(line, sizeof line, "agentrun: sandbox setup failed at %s\n", msg);
 		}
-		say_err(line);
+		(void)write_all(2, line, strlen(line));
 		_exit(EXIT_SETUP);
 	}
 	if (!have_exit) {
@@ -644,7 +607,7 @@ static _Noreturn void run(const struct express *x, struct cg *c, const struct ar
 		finish(x, c, pid, msg, 1, 0, 0);
 	}
 	if (strcmp(t, "exit") == 0) /* the command could not be started */
-		finish(x, c, pid, NULL, 1, (int)json_int(buf, "code"), (int)json_int(buf, "signal"));
+		finish(x, c, pid, NULL, 1, report_int(buf, "code"), report_int(buf, "signal"));
 	if (strcmp(t, "started") != 0) {
 		kill(pid, SIGKILL);
 		finish(x, c, pid, "sync: unexpected report", 1, 0, 0);
@@ -654,7 +617,7 @@ static _Noreturn void run(const struct express *x, struct cg *c, const struct ar
 	/* The exit report, or EOF when the init itself was killed. */
 	while ((t = read_report(sock, buf, sizeof buf)))
 		if (strcmp(t, "exit") == 0)
-			finish(x, c, pid, NULL, 1, (int)json_int(buf, "code"), (int)json_int(buf, "signal"));
+			finish(x, c, pid, NULL, 1, report_int(buf, "code"), report_int(buf, "signal"));
 	finish(x, c, pid, NULL, 0, 0, 0);
 }
 
@@ -675,19 +638,15 @@ int ar_express(const struct ar_image *img, const char *dir, const char *name, ui
 	static struct express x;
 	static char text[EXPRESS_MAX];
 	size_t len = (size_t)st.st_size;
-	ssize_t r = 0;
-	size_t got = 0;
 	if (len >= sizeof text) {
 		close(fd);
 		trace("off", "record too large");
 		return 0;
 	}
-	while (got < len && ((r = read(fd, text + got, len - got)) > 0 || (r < 0 && errno == EINTR)))
-		if (r > 0)
-			got += (size_t)r;
+	int rd = ar_read_all(fd, text, len);
 	close(fd);
 	x = (struct express){.text = text, .len = len};
-	if (got != len || parse(&x) < 0 || x.image_sum != img->checksum) {
+	if (rd < 0 || parse(&x) < 0 || x.image_sum != img->checksum) {
 		trace("off", "record not for this image");
 		return 0;
 	}
@@ -711,7 +670,13 @@ int ar_express(const struct ar_image *img, const char *dir, const char *name, ui
 		}
 	}
 	/* What the Go side would sweep first, it must see. */
-	if (!private_dir(x.state_dir, euid) || records_left(x.state_dir)) {
+	struct stat ns;
+	if (stat("/proc/self/ns/pid", &ns) < 0) {
+		trace("off", "pid namespace");
+		return 1;
+	}
+	x.self_ns = (unsigned long long)ns.st_ino;
+	if (!private_dir(x.state_dir, euid) || records_left(x.state_dir, x.self_ns)) {
 		trace("off", "cgroup records to sweep");
 		return 1;
 	}

@@ -60,7 +60,7 @@ static unsigned long long init_sock_ino;
 static char key_buf[KEY_MAX];
 static char path_buf[PATH_MAX];
 
-static uint64_t fnv1a(const unsigned char *p, uint64_t n, uint64_t h)
+uint64_t ar_fnv1a(const unsigned char *p, uint64_t n, uint64_t h)
 {
 	for (uint64_t i = 0; i < n; i++) {
 		h ^= p[i];
@@ -68,8 +68,6 @@ static uint64_t fnv1a(const unsigned char *p, uint64_t n, uint64_t h)
 	}
 	return h;
 }
-
-#define FNV_OFFSET 0xcbf29ce484222325ULL
 
 /* ---- validating an image ---- */
 
@@ -185,7 +183,7 @@ const struct ar_plan *ar_image_load(unsigned char *img, uint64_t len, int check_
 	if (check_sum) {
 		uint64_t want = h->checksum;
 		h->checksum = 0;
-		uint64_t got = fnv1a(img, len, FNV_OFFSET);
+		uint64_t got = ar_fnv1a(img, len, AR_FNV_OFFSET);
 		h->checksum = want;
 		if (got != want)
 			return NULL;
@@ -365,7 +363,7 @@ static int key_add_file(size_t *at, const char *path)
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0)
 		return key_add_unhashed(at);
-	uint64_t h = FNV_OFFSET, n = 0;
+	uint64_t h = AR_FNV_OFFSET, n = 0;
 	int ok = fstat(fd, &fst) == 0 && S_ISREG(fst.st_mode) && fst.st_dev == st.st_dev && fst.st_ino == st.st_ino;
 	unsigned char buf[4096];
 	while (ok) {
@@ -376,7 +374,7 @@ static int key_add_file(size_t *at, const char *path)
 			ok = 0;
 		if (r <= 0)
 			break;
-		h = fnv1a(buf, (uint64_t)r, h);
+		h = ar_fnv1a(buf, (uint64_t)r, h);
 	}
 	close(fd);
 	if (!ok)
@@ -429,11 +427,11 @@ int ar_open_cached(const char *dir, const char *name, uid_t euid, struct stat *s
 	return fd;
 }
 
-static int read_all(int fd, unsigned char *buf, size_t n)
+int ar_read_all(int fd, void *buf, size_t n)
 {
 	size_t got = 0;
 	while (got < n) {
-		ssize_t r = read(fd, buf + got, n - got);
+		ssize_t r = read(fd, (char *)buf + got, n - got);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r <= 0)
@@ -507,7 +505,7 @@ void ar_prestart(int argc, char **argv, char **envp)
 	if (cache_dir(dir, sizeof dir, euid) < 0)
 		return;
 	char name[24];
-	snprintf(name, sizeof name, "%016llx", (unsigned long long)fnv1a((const unsigned char *)key_buf, klen, FNV_OFFSET));
+	snprintf(name, sizeof name, "%016llx", (unsigned long long)ar_fnv1a((const unsigned char *)key_buf, klen, AR_FNV_OFFSET));
 	snprintf(path_buf, sizeof path_buf, "%s/%s", dir, name);
 	struct stat st;
 	if (stat("/proc/self/exe", &st) < 0)
@@ -538,7 +536,7 @@ void ar_prestart(int argc, char **argv, char **envp)
 		close(fd);
 		return;
 	}
-	int rd = read_all(fd, mem, len);
+	int rd = ar_read_all(fd, mem, len);
 	close(fd);
 	unsigned char *img = mem + pad;
 	const struct ar_image *h = NULL;
@@ -725,9 +723,7 @@ static int read_started(int fd, struct started *m, long long deadline)
 	return n == (ssize_t)sizeof *m ? 0 : -1;
 }
 
-/* read_text reads up to n-1 bytes of a small file (a /proc one) into buf,
- * NUL-terminated; its length, or -1. */
-static ssize_t read_text(const char *path, char *buf, size_t n)
+ssize_t ar_read_text(const char *path, char *buf, size_t n)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
@@ -775,7 +771,7 @@ static int lost_init(void)
 		return -1;
 	for (struct dirent *t; found < 0 && (t = readdir(tasks));) {
 		if (t->d_name[0] == '.' || snprintf(path, sizeof path, "/proc/self/task/%.16s/children", t->d_name) >= (int)sizeof path ||
-		    read_text(path, buf, sizeof buf) < 0)
+		    ar_read_text(path, buf, sizeof buf) < 0)
 			continue;
 		char *save = NULL;
 		for (char *tok = strtok_r(buf, " \n", &save); found < 0 && tok; tok = strtok_r(NULL, " \n", &save)) {
