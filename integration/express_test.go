@@ -279,6 +279,35 @@ func TestExpressStaleHostInputs(t *testing.T) {
 		mustExit(t, r, 125, "a bind source that became a symlink")
 	})
 
+	t.Run("workspace swapped for a symlink", func(t *testing.T) {
+		// The starter (a vfork child when a record exists) opens the
+		// workspace for its idmapped tree and must fail there; the spawn
+		// then ends as the Go path ends it.
+		ws := newWorkspace(t)
+		secretDir, _, secret := hostSecret(t)
+		cfg := spawnCfg{ws: ws}
+		warmExpress(t, cfg)
+		if err := os.Rename(ws, ws+".gone"); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(secretDir, ws); err != nil {
+			t.Fatal(err)
+		}
+		r, said := expressSpawn(t, cfg, "/bin/cat", "/workspace/secret.txt")
+		if strings.Contains(r.stdout, secret) {
+			t.Fatalf("SANDBOX ESCAPE: a stale plan bound the symlinked workspace:\n%s", r)
+		}
+		if said == "used" {
+			t.Errorf("the express path ran on a workspace that became a symlink")
+		}
+		goCfg := cfg
+		goCfg.env = []string{"AGENTRUN_EXPRESS=0"}
+		g := spawn(t, goCfg, "/bin/cat", "/workspace/secret.txt")
+		if g.code == 0 || r.code != g.code || r.stderr != g.stderr {
+			t.Errorf("the spawn after a record differs from the Go path's, or succeeded:\nafter a record: %s\ngo: %s", r, g)
+		}
+	})
+
 	t.Run("a setup failure after the release reads as on the Go path", func(t *testing.T) {
 		// A file where a mount point inside the workspace goes: the init
 		// fails after the release, which it then never reads.
