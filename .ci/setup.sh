@@ -14,6 +14,7 @@ TEST_USER=${AGENTRUN_TEST_USER:-artest}
 export DEBIAN_FRONTEND=noninteractive
 pkgs=(
 	build-essential pkg-config libseccomp-dev   # cgo + libseccomp for seccomp/
+	musl-tools                                  # the CLI links against musl (Makefile)
 	git python3 iproute2 util-linux procps sudo # tools the sandbox tests run inside
 	ca-certificates
 )

@@ -79,7 +79,8 @@ static int start_nofile_ok;
  * them out ([arg_start, arg_end) is what /proc/PID/cmdline shows). The
  * cloned init is a copy of this process, so without care the sandbox would
  * read the caller's command line at /proc/1/cmdline; the init overwrites its
- * copy (hide_cmdline). glibc passes argc, argv and envp to constructors.
+ * copy (hide_cmdline). glibc passes argc, argv and envp to constructors;
+ * under musl initial_args finds them.
  */
 static char *arg_start, *arg_end, *env_end;
 
@@ -105,9 +106,51 @@ static void record_layout(int argc, char **argv, char **envp)
 	env_end = eend;
 }
 
+extern char **environ;
+
+/*
+ * initial_args finds argc, argv and envp where a libc that calls
+ * constructors without arguments (musl) left them: the kernel lays out
+ * argc, argv[0..argc-1], NULL, envp[] on the initial stack, and environ
+ * still points at that envp before main (nothing here changes it first).
+ * Walking back from envp, the first slot whose value is the number of
+ * pointers passed is argc: a string pointer is never that small.
+ */
+static int initial_args(int *argc, char ***argv, char ***envp)
+{
+	char **e = environ, here;
+	/* The initial stack lies above every frame of the running thread. */
+	if (!e || (uintptr_t)e <= (uintptr_t)&here || e[-1] != NULL)
+		return -1;
+	for (uintptr_t n = 0; n < 65536; n++) {
+		char **slot = e - 2 - n;
+		if ((uintptr_t)*slot == n) {
+			*argc = (int)n;
+			*argv = slot + 1;
+			*envp = e;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+int ar_initial_args_agree(void)
+{
+	int argc;
+	char **argv, **envp;
+	if (initial_args(&argc, &argv, &envp) < 0 || argc < 1 || !arg_start)
+		return 0;
+	char *end = argv[argc - 1] + strlen(argv[argc - 1]) + 1;
+	return argv[0] == arg_start && end == arg_end && envp == environ;
+}
+
 __attribute__((constructor)) static void record_start(int argc, char **argv, char **envp)
 {
 	start_nofile_ok = getrlimit(RLIMIT_NOFILE, &start_nofile) == 0;
+#ifndef __GLIBC__
+	if (initial_args(&argc, &argv, &envp) < 0)
+		return;
+#endif
 	record_layout(argc, argv, envp);
 	/* Last: the init it may start needs the two records above. */
 	if (argc > 0 && argv)
@@ -1513,14 +1556,20 @@ static _Noreturn void child(const struct ar_plan *p, int heap_left_behind)
 	 * see its command exit, which an ignored SIGCHLD would reap unseen.
 	 * All signals stay blocked; the command unblocks them, init reads a
 	 * signalfd. */
-	for (int sig = 1; sig < NSIG; sig++) {
-		struct sigaction old;
-		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &old) < 0)
+	for (int sig = 1; sig <= 64; sig++) {
+		/* The kernel's struct, through the system call: libc wrappers
+		 * refuse the signals they reserve (32 and 33 in glibc, 32 to 34
+		 * in musl), whose dispositions must be reset all the same. */
+		struct {
+			uintptr_t handler;
+			unsigned long flags;
+			uintptr_t restorer;
+			uint64_t mask;
+		} old, dfl = {0};
+		if (sig == SIGKILL || sig == SIGSTOP || syscall(SYS_rt_sigaction, sig, NULL, &old, sizeof old.mask) < 0)
 			continue;
-		if (old.sa_handler != SIG_DFL) {
-			struct sigaction dfl = {.sa_handler = SIG_DFL};
-			(void)sigaction(sig, &dfl, NULL);
-		}
+		if (old.handler != (uintptr_t)SIG_DFL)
+			(void)syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof dfl.mask);
 	}
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
 		die(&c, "parent death signal");

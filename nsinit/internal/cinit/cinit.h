@@ -243,6 +243,13 @@ struct ar_prestart {
  * enables it (nsinit/prestart); ar_prestart_take hands its result to the
  * Go side once: later calls see AR_PRESTART_OFF. */
 void ar_prestart(int argc, char **argv, char **envp);
+
+/*
+ * ar_initial_args_agree: 1 when the arguments a musl build's constructor
+ * finds on the initial stack (initial_args) are the ones glibc passed this
+ * process's constructor; for tests of a glibc build.
+ */
+int ar_initial_args_agree(void);
 /* The environment variables whose values are part of the key. */
 const char *const *ar_prestart_pass_env(void);
 struct ar_prestart ar_prestart_take(void);

@@ -446,3 +446,8 @@ func (b *builder) plan(p *Plan) (*C.struct_ar_plan, error) {
 	}
 	return cp, nil
 }
+
+// initialArgsAgree reports whether the constructor's argument lookup for
+// musl builds (initial_args in cinit.c) finds the arguments glibc passed
+// this process's constructor.
+func initialArgsAgree() bool { return C.ar_initial_args_agree() == 1 }
