@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -65,13 +66,30 @@ func step(name string, err error) error {
 }
 
 func readConfig(sock *os.File) (*config, error) {
-	buf := make([]byte, 1<<20)
-	n, err := unix.Read(int(sock.Fd()), buf)
+	fd := int(sock.Fd())
+	// One byte more than a chunk: a longer message would be cut silently.
+	buf := make([]byte, configChunk+1)
+	n, err := unix.Read(fd, buf)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
+	size, err := strconv.Atoi(strings.TrimPrefix(string(buf[:n]), "config "))
+	if !strings.HasPrefix(string(buf[:n]), "config ") || err != nil || size < 0 || size > maxConfig {
+		return nil, fmt.Errorf("read config: bad header %.40q", buf[:n])
+	}
+	msg := make([]byte, 0, size)
+	for len(msg) < size {
+		n, err := unix.Read(fd, buf)
+		if err != nil {
+			return nil, fmt.Errorf("read config: %w", err)
+		}
+		if n == 0 || n > configChunk || len(msg)+n > size {
+			return nil, fmt.Errorf("read config: %d of %d bytes, then a message of %d", len(msg), size, n)
+		}
+		msg = append(msg, buf[:n]...)
+	}
 	var c config
-	if err := json.Unmarshal(buf[:n], &c); err != nil {
+	if err := json.Unmarshal(msg, &c); err != nil {
 		return nil, fmt.Errorf("decode config: %w", err)
 	}
 	if c.Spec == nil || c.Spec.Process == nil {

@@ -279,11 +279,26 @@ func Start(cfg *Config) (*Process, error) {
 		p.wait()
 		return nil, &StepError{Step: "sync", Msg: err.Error()}
 	}
-	if _, err := parentSock.Write(msg); err != nil {
+	if err := writeConfig(parentSock, msg); err != nil {
 		p.Kill()
 		return nil, p.failed("sync", err)
 	}
 	return p.awaitStarted(nil)
+}
+
+// writeConfig sends msg as the config header and its chunks (proto.go).
+func writeConfig(w io.Writer, msg []byte) error {
+	if _, err := w.Write([]byte("config " + strconv.Itoa(len(msg)))); err != nil {
+		return err
+	}
+	for len(msg) > 0 {
+		n := min(len(msg), configChunk)
+		if _, err := w.Write(msg[:n]); err != nil {
+			return err
+		}
+		msg = msg[n:]
+	}
+	return nil
 }
 
 // awaitStarted reads the child's setup reports until the command runs.

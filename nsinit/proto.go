@@ -15,7 +15,17 @@ const InitArg0 = "agentrun-init"
 // syncFD is the child's end of the sync socket; prepared mount fds follow.
 const syncFD = 3
 
-// config is the one message the parent sends.
+// The config goes out as a header message, "config N", then N bytes of
+// JSON in messages of at most configChunk bytes: one SOCK_SEQPACKET
+// message must fit the socket's send buffer (about 208 KiB by default, the
+// most an unprivileged caller may set), and a command line alone may be
+// 2 MiB.
+const (
+	configChunk = 64 << 10
+	maxConfig   = 64 << 20
+)
+
+// config is what the parent sends first.
 type config struct {
 	Spec *specs.Spec `json:"spec"`
 	// Prepared maps a Spec.Mounts index to the child fd of a detached mount
