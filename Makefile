@@ -19,8 +19,11 @@ BUILD_FLAGS := -tags netgo,osusergo -ldflags '-linkmode external -extldflags "-s
 TRIPLE := $(shell gcc -dumpmachine 2>/dev/null)
 MUSL_CC := $(shell command -v musl-gcc 2>/dev/null)
 MUSL_LIBS := $(CURDIR)/bin/.musl-libs
+# musl's threads get 128 KiB stacks unless the binary asks for more; the C
+# init starts on the stack of the Go thread that clones it.
 ifneq ($(MUSL_CC),)
 BUILD_ENV := CC=musl-gcc CGO_CFLAGS="-O2 -g -idirafter /usr/include -idirafter /usr/include/$(TRIPLE)" CGO_LDFLAGS="-L$(MUSL_LIBS)"
+BUILD_FLAGS := -tags netgo,osusergo -ldflags '-linkmode external -extldflags "-static -Wl,-z,stack-size=2097152"'
 endif
 
 .PHONY: setup build test unit integration integration-rootless lint clean bench bench-quick bench-go bench-deps vmtest vmtest-deps

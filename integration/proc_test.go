@@ -389,3 +389,28 @@ func waitBlockedInOpen(t *testing.T, pid int) {
 	}
 	t.Fatalf("hang guard: agentrun (pid %d) never blocked opening its --result FIFO", pid)
 }
+
+// TestInitHidesLongCommandLine: PID 1 of the sandbox (a copy of the CLI)
+// shows "agentrun-init" in /proc/1/cmdline, never the caller's command
+// line, also when that has more arguments than any fixed bound would
+// allow for (the musl build finds the arguments by walking the initial
+// stack). The sandbox reads it with the caller's arguments past 70,000.
+func TestInitHidesLongCommandLine(t *testing.T) {
+	t.Parallel()
+	ws := newWorkspace(t)
+	marker := token("agentrun-argv-")
+	args := []string{"/bin/sh", "-c", `tr '\0' ' ' < /proc/1/cmdline; echo; echo "args=$#"`, "sh", marker}
+	for i := 1; i < 70001; i++ {
+		args = append(args, "x")
+	}
+	r := spawn(t, spawnCfg{ws: ws}, args...)
+	mustExit(t, r, 0, "spawn with 70,001 arguments")
+	if strings.Contains(r.stdout, marker) {
+		t.Fatalf("/proc/1/cmdline in the sandbox shows the caller's command line:\n%.300s", r.stdout)
+	}
+	// Positive controls: the command got every argument, and PID 1 names
+	// itself.
+	if !strings.Contains(r.stdout, "args=70001") || !strings.Contains(r.stdout, "agentrun-init") {
+		t.Errorf("want args=70001 and agentrun-init in the output:\n%.300s", r.stdout)
+	}
+}

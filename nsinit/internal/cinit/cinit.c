@@ -122,7 +122,7 @@ static int initial_args(int *argc, char ***argv, char ***envp)
 	/* The initial stack lies above every frame of the running thread. */
 	if (!e || (uintptr_t)e <= (uintptr_t)&here || e[-1] != NULL)
 		return -1;
-	for (uintptr_t n = 0; n < 65536; n++) {
+	for (uintptr_t n = 0; (uintptr_t)(e - 2 - n) > (uintptr_t)&here; n++) {
 		char **slot = e - 2 - n;
 		if ((uintptr_t)*slot == n) {
 			*argc = (int)n;
@@ -1534,6 +1534,14 @@ static int parent_gone(const struct ctx *c)
 	return poll(&pf, 1, 0) > 0 && (pf.revents & (POLLHUP | POLLERR));
 }
 
+/* set_rlimit is setrlimit(2) through prlimit64 itself: musl's wrapper
+ * falls back to signalling every thread it knows of, which in this copy of
+ * a multi-threaded parent are not there. */
+static int set_rlimit(int resource, const struct rlimit *rl)
+{
+	return (int)syscall(SYS_prlimit64, 0, resource, rl, NULL);
+}
+
 static _Noreturn void child(const struct ar_plan *p, int heap_left_behind)
 {
 	struct ctx c = {.p = p, .sync = p->fds[p->sync_fd]};
@@ -1566,10 +1574,11 @@ static _Noreturn void child(const struct ar_plan *p, int heap_left_behind)
 			uintptr_t restorer;
 			uint64_t mask;
 		} old, dfl = {0};
-		if (sig == SIGKILL || sig == SIGSTOP || syscall(SYS_rt_sigaction, sig, NULL, &old, sizeof old.mask) < 0)
+		if (sig == SIGKILL || sig == SIGSTOP)
 			continue;
-		if (old.handler != (uintptr_t)SIG_DFL)
-			(void)syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof dfl.mask);
+		if (syscall(SYS_rt_sigaction, sig, NULL, &old, sizeof old.mask) < 0 ||
+		    (old.handler != (uintptr_t)SIG_DFL && syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof dfl.mask) < 0))
+			die(&c, "reset signal dispositions");
 	}
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
 		die(&c, "parent death signal");
@@ -1631,12 +1640,12 @@ static _Noreturn void child(const struct ar_plan *p, int heap_left_behind)
 	struct rlimit cur;
 	if (start_nofile_ok && start_nofile.rlim_max > 0 && start_nofile.rlim_cur < start_nofile.rlim_max - 1 &&
 	    getrlimit(RLIMIT_NOFILE, &cur) == 0 && cur.rlim_cur == start_nofile.rlim_max - 1 &&
-	    cur.rlim_max == start_nofile.rlim_max && setrlimit(RLIMIT_NOFILE, &start_nofile) < 0)
+	    cur.rlim_max == start_nofile.rlim_max && set_rlimit(RLIMIT_NOFILE, &start_nofile) < 0)
 		die(&c, "rlimits");
 	for (int i = 0; i < p->nrlimits; i++) {
 		const struct ar_rlimit *r = &p->rlimits[i];
 		struct rlimit rl = {.rlim_cur = r->soft, .rlim_max = r->hard};
-		if (setrlimit(r->resource, &rl) < 0) {
+		if (set_rlimit(r->resource, &rl) < 0) {
 			int e = errno;
 			die_parts(&c, (const char *[]){"rlimits", NULL}, (const char *[]){r->name, NULL}, e);
 		}
@@ -1762,7 +1771,7 @@ static long clone_child(uint64_t flags, int cgroup_fd)
 {
 	/* A CLONE_PARENT child (the init prestart's starter clones as its
 	 * sibling) gets the starter's own exit signal, which is SIGCHLD (the
-	 * starter is a plain clone(SIGCHLD)); clone3 refuses to be told.
+	 * starter is a clone with exit signal SIGCHLD); clone3 refuses to be told.
 	 * Another signal there would hide the init from a waitid without
 	 * __WALL. */
 	struct clone_args ca = {.flags = flags, .exit_signal = flags & CLONE_PARENT ? 0 : SIGCHLD};

@@ -18,7 +18,6 @@
 #define _GNU_SOURCE
 #include "cinit.h"
 
-#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -521,6 +520,20 @@ static const char *read_report(int sock, char *buf, size_t n)
 /* finish waits for the init (the command's status is its report, or the
  * init's own when it sent none), removes the cgroup and exits as the CLI
  * does. msg, when set, is a setup failure to print (exit 125). */
+/* Go's names of the Linux signals (syscall.Signal.String). */
+static const char *const go_signal_names[] = {
+	[1] = "hangup", [2] = "interrupt", [3] = "quit", [4] = "illegal instruction",
+	[5] = "trace/breakpoint trap", [6] = "aborted", [7] = "bus error",
+	[8] = "floating point exception", [9] = "killed", [10] = "user defined signal 1",
+	[11] = "segmentation fault", [12] = "user defined signal 2", [13] = "broken pipe",
+	[14] = "alarm clock", [15] = "terminated", [16] = "stack fault", [17] = "child exited",
+	[18] = "continued", [19] = "stopped (signal)", [20] = "stopped", [21] = "stopped (tty input)",
+	[22] = "stopped (tty output)", [23] = "urgent I/O condition", [24] = "CPU time limit exceeded",
+	[25] = "file size limit exceeded", [26] = "virtual timer expired",
+	[27] = "profiling timer expired", [28] = "window changed", [29] = "I/O possible",
+	[30] = "power failure", [31] = "bad system call",
+};
+
 static _Noreturn void finish(const struct express *x, struct cg *c, int pid, const char *msg, int have_exit, int code, int sig)
 {
 	siginfo_t si;
@@ -538,13 +551,14 @@ static _Noreturn void finish(const struct express *x, struct cg *c, int pid, con
 		char line[8192];
 		if (!have_exit && r == 0) {
 			if (WIFSIGNALED(ws)) {
-				/* As Go's describeStatus: "signal: killed". Go's
-				 * names are glibc's with a lower-case first letter. */
+				/* As Go's describeStatus: "signal: killed", with Go's
+				 * names (syscall.Signal.String), not the C library's. */
 				char name[64];
-				const char *sn = strsignal(WTERMSIG(ws));
-				snprintf(name, sizeof name, "%s", sn ? sn : "unknown signal");
-				if (islower((unsigned char)name[1]))
-					name[0] = (char)tolower((unsigned char)name[0]);
+				int sig = WTERMSIG(ws);
+				if (sig > 0 && sig < (int)(sizeof go_signal_names / sizeof go_signal_names[0]))
+					snprintf(name, sizeof name, "%s", go_signal_names[sig]);
+				else
+					snprintf(name, sizeof name, "signal %d", sig);
 				snprintf(line, sizeof line, "agentrun: sandbox setup failed at %s (signal: %s%s)\n", msg, name,
 					 WCOREDUMP(ws) ? " (core dumped)" : "");
 			}

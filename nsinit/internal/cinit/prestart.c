@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stddef.h>
@@ -134,6 +135,11 @@ static int plan_ok(const struct bounds *b, const struct ar_plan *p)
 	/* Whatever else it says, an image's init works in namespaces of its
 	 * own: it runs before anything was checked. */
 	if ((p->clone_flags & (CLONE_NEWUSER | CLONE_NEWNS)) != (CLONE_NEWUSER | CLONE_NEWNS))
+		return 0;
+	/* Namespace flags only: the init must be a process of its own, with
+	 * its own memory, files and handlers (cinit.c relies on it). */
+	if (p->clone_flags & ~(uint64_t)(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID |
+					 CLONE_NEWNET | CLONE_NEWCGROUP))
 		return 0;
 	if (!arr_ok(b, p->fds, p->nfds) || p->nfds < 4 || p->sync_fd < 3 || p->sync_fd >= p->nfds)
 		return 0;
@@ -443,6 +449,27 @@ int ar_read_all(int fd, void *buf, size_t n)
 
 static _Noreturn void start_init(const struct ar_image *h, struct ar_plan *p, int sv[2], int out, pid_t parent);
 
+/* The starter's own stack when it shares this process's memory: the init
+ * it clones lives on a copy of it, and needs about 50 KiB. */
+#define STARTER_STACK (256 << 10)
+
+struct starter_arg {
+	const struct ar_image *h;
+	struct ar_plan *p;
+	int *sv;
+	int rd, wr;
+	pid_t parent;
+};
+
+/* starter_main is the shared-memory starter's entry: a function of its
+ * own, so nothing of it lives in ar_prestart's frame. */
+static __attribute__((noinline)) int starter_main(void *arg)
+{
+	const struct starter_arg *a = arg;
+	close(a->rd);
+	start_init(a->h, a->p, a->sv, a->wr, a->parent);
+}
+
 void ar_prestart(int argc, char **argv, char **envp)
 {
 	(void)envp;
@@ -599,27 +626,42 @@ void ar_prestart(int argc, char **argv, char **envp)
 	 * With an express record this process will most likely not start Go
 	 * (ar_express), and what it does meanwhile (checking the record) is
 	 * short next to the root the init builds after the starter is done.
-	 * There the starter is a vfork child instead: no copy of the page
-	 * tables, no copy-on-write faults on either side and no address space
-	 * to tear down at its exit, about 5 % of such a spawn on a 2-CPU host,
-	 * where a spawn is bound by CPU more than by waiting. This process is
-	 * suspended until the starter exits; a stopped starter holds it as a
-	 * stopped init would (the fork path's starter cannot: its wait has a
-	 * deadline). What the starter writes to memory is seen here: the
-	 * plan's fds and clone flags in the relocated image, which nothing
-	 * reads after it, and errno. It never returns from start_init. */
+	 * There the starter shares this process's memory and runs while this
+	 * process waits (CLONE_VM | CLONE_VFORK), on a stack of its own: no
+	 * copy of the page tables, no copy-on-write faults on either side and
+	 * no address space to tear down at its exit, about 5 % of such a spawn
+	 * on a 2-CPU host, where a spawn is bound by CPU more than by waiting.
+	 * A stopped starter holds this process as a stopped init would (the
+	 * fork path's starter cannot: its wait has a deadline). What the
+	 * starter writes to memory is seen here: the plan's fds and clone
+	 * flags in the relocated image, which nothing reads after it, and
+	 * errno. The init it clones runs on its copy of that stack. */
 	pid_t self = getpid();
-	long starter;
+	long starter = -1;
+	int shared = 0;
 	char xpath[PATH_MAX];
 	struct stat xst;
-	if (!policy_unhashed && snprintf(xpath, sizeof xpath, "%s/%s.express", dir, name) < (int)sizeof xpath &&
-	    fstatat(AT_FDCWD, xpath, &xst, AT_SYMLINK_NOFOLLOW) == 0)
-		starter = vfork();
-	else
+	const char *xv = getenv("AGENTRUN_EXPRESS");
+	if (!policy_unhashed && !(xv && (strcmp(xv, "0") == 0 || strcmp(xv, "off") == 0)) &&
+	    snprintf(xpath, sizeof xpath, "%s/%s.express", dir, name) < (int)sizeof xpath &&
+	    fstatat(AT_FDCWD, xpath, &xst, AT_SYMLINK_NOFOLLOW) == 0) {
+		size_t guard = (size_t)sysconf(_SC_PAGESIZE);
+		char *stk = mmap(NULL, guard + STARTER_STACK, PROT_READ | PROT_WRITE,
+				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+		if (stk != MAP_FAILED) {
+			struct starter_arg a = {.h = h, .p = p, .sv = sv, .rd = pp[0], .wr = pp[1], .parent = self};
+			shared = 1;
+			if (mprotect(stk, guard, PROT_NONE) == 0)
+				starter = clone(starter_main, stk + guard + STARTER_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
+			munmap(stk, guard + STARTER_STACK);
+		}
+	}
+	if (!shared) {
 		starter = syscall(SYS_clone, SIGCHLD, 0, NULL, NULL, 0);
-	if (starter == 0) {
-		close(pp[0]);
-		start_init(h, p, sv, pp[1], self);
+		if (starter == 0) {
+			close(pp[0]);
+			start_init(h, p, sv, pp[1], self);
+		}
 	}
 	close(sv[1]);
 	close(pp[1]);
