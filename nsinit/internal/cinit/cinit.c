@@ -1365,20 +1365,11 @@ struct range {
 	uintptr_t start, end;
 };
 
-static int hexval(char ch)
-{
-	if (ch >= '0' && ch <= '9')
-		return ch - '0';
-	if (ch >= 'a' && ch <= 'f')
-		return ch - 'a' + 10;
-	return -1;
-}
-
 /* parse_hex reads a hex number at *s and advances past it. */
 static uintptr_t parse_hex(const char **s)
 {
 	uintptr_t v = 0;
-	for (int d; (d = hexval(**s)) >= 0; (*s)++)
+	for (int d; (d = ar_hexval(**s)) >= 0; (*s)++)
 		v = v << 4 | (uintptr_t)d;
 	return v;
 }

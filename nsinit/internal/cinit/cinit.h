@@ -258,6 +258,19 @@ struct ar_prestart ar_prestart_take(void);
  * (AR_FNV_OFFSET to start). */
 #define AR_FNV_OFFSET 0xcbf29ce484222325ULL
 uint64_t ar_fnv1a(const unsigned char *p, uint64_t n, uint64_t h);
+/* ar_write_all writes all n bytes (EINTR retried): 0, or -1. */
+int ar_write_all(int fd, const void *buf, size_t n);
+/* ar_write_text writes s to the existing file path: 0, or -1. */
+int ar_write_text(const char *path, const char *s);
+/* ar_hexval is the value of a lower-case hex digit, -1 for anything else. */
+static inline int ar_hexval(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
 /* ar_read_all reads exactly n bytes: 0, or -1. */
 int ar_read_all(int fd, void *buf, size_t n);
 /* ar_read_text reads up to n-1 bytes of a small file (a /proc one) in one
@@ -282,12 +295,16 @@ int ar_open_cached(const char *dir, const char *name, uid_t euid, struct stat *s
  *	release <the release message, hex>
  *	<fingerprints: L, R, E and C lines, nsinit.Express>
  *	end
+ * ar_express_open opens the record of the image dir/name (ar_open_cached),
+ * -1 when there is none or AGENTRUN_EXPRESS turns the path off; ar_prestart
+ * opens it before the starter, whose kind depends on it.
  * ar_express, called by ar_prestart once an init is being started from the
- * image, runs the spawn to its end and exits when every fingerprint still
- * holds and the cgroup can be made; otherwise it returns with nothing
- * changed, 1 when the record held all the same.
+ * image, reads and closes fd, runs the spawn to its end and exits when every
+ * fingerprint still holds and the cgroup can be made; otherwise it returns
+ * with nothing changed, 1 when the record held all the same.
  */
-int ar_express(const struct ar_image *img, const char *dir, const char *name, uid_t euid); /* 1: the record held */
+int ar_express_open(const char *dir, const char *name, uid_t euid, struct stat *st);
+int ar_express(const struct ar_image *img, int fd, const struct stat *st, uid_t euid); /* 1: the record held */
 
 /* ar_image_load validates img (len bytes, writable, relocated in place)
  * and returns its plan, or NULL with errno set. check_sum 0 skips the

@@ -107,15 +107,6 @@ static int parse_u64(const char *s, int base, unsigned long long *v)
 	return errno || *end ? -1 : 0;
 }
 
-static int unhex(int c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	return -1;
-}
-
 /* parse reads the header lines (cinit.h). */
 static int parse(struct express *x)
 {
@@ -157,7 +148,7 @@ static int parse(struct express *x)
 	if (hl % 2 || hl / 2 > sizeof x->release || hl / 2 < 4)
 		return -1;
 	for (size_t i = 0; i < hl / 2; i++) {
-		int a = unhex(l[8 + 2 * i]), b = unhex(l[9 + 2 * i]);
+		int a = ar_hexval(l[8 + 2 * i]), b = ar_hexval(l[9 + 2 * i]);
 		if (a < 0 || b < 0)
 			return -1;
 		x->release[i] = (unsigned char)(a << 4 | b);
@@ -336,29 +327,6 @@ struct cg {
 	int have_leaf, have_record;
 };
 
-static int write_all(int fd, const char *s, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(fd, s, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		s += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
-static int write_text(const char *path, const char *s)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	int r = write_all(fd, s, strlen(s));
-	return close(fd) < 0 || r < 0 ? -1 : 0;
-}
-
 /* json_safe: s needs no escaping in a JSON string. */
 static int json_safe(const char *s)
 {
@@ -418,7 +386,7 @@ static int cg_create(const struct express *x, struct cg *c)
 	if (fd < 0)
 		return -1;
 	c->have_record = 1;
-	int w = write_all(fd, rec, (size_t)n);
+	int w = ar_write_all(fd, rec, (size_t)n);
 	if (close(fd) < 0 || w < 0)
 		return -1;
 	/* Another runtime may remove the (empty) parent between the two
@@ -436,7 +404,7 @@ static int cg_create(const struct express *x, struct cg *c)
 	char file[PATH_MAX + 16], val[32];
 	snprintf(val, sizeof val, "%lld", x->pids_max);
 	if (!c->have_leaf || snprintf(file, sizeof file, "%s/pids.max", c->leaf) >= (int)sizeof file ||
-	    write_text(file, val) < 0)
+	    ar_write_text(file, val) < 0)
 		return -1;
 	snprintf(file, sizeof file, "%s/tasks", c->leaf);
 	c->tasks = open(file, O_WRONLY | O_CLOEXEC);
@@ -469,7 +437,7 @@ static int json_str(const char *msg, const char *key, char *out, size_t n)
 			case 'u': {
 				unsigned v = 0;
 				for (int i = 1; i <= 4; i++) {
-					int d = s[i] ? unhex(s[i] | 0x20) : -1;
+					int d = s[i] ? ar_hexval(s[i] | 0x20) : -1;
 					if (d < 0)
 						return -1;
 					v = v << 4 | (unsigned)d;
@@ -567,7 +535,7 @@ static _Noreturn void finish(const struct express *x, struct cg *c, int pid, con
 		} else {
 			snprintf(line, sizeof line, "agentrun: sandbox setup failed at %s\n", msg);
 		}
-		(void)write_all(2, line, strlen(line));
+		(void)ar_write_all(2, line, strlen(line));
 		_exit(EXIT_SETUP);
 	}
 	if (!have_exit) {
@@ -636,23 +604,25 @@ static _Noreturn void run(const struct express *x, struct cg *c, const struct ar
 	finish(x, c, pid, NULL, 0, 0, 0);
 }
 
-int ar_express(const struct ar_image *img, const char *dir, const char *name, uid_t euid)
+int ar_express_open(const char *dir, const char *name, uid_t euid, struct stat *st)
 {
 	const char *v = getenv("AGENTRUN_EXPRESS");
 	if (v && (strcmp(v, "0") == 0 || strcmp(v, "off") == 0))
-		return 0;
+		return -1;
 	char rname[64];
-	struct stat st;
 	if (snprintf(rname, sizeof rname, "%s%s", name, EXPRESS_SUFFIX) >= (int)sizeof rname)
-		return 0;
-	int fd = ar_open_cached(dir, rname, euid, &st);
-	if (fd < 0) {
+		return -1;
+	int fd = ar_open_cached(dir, rname, euid, st);
+	if (fd < 0)
 		trace("off", "no record");
-		return 0;
-	}
+	return fd;
+}
+
+int ar_express(const struct ar_image *img, int fd, const struct stat *st, uid_t euid)
+{
 	static struct express x;
 	static char text[EXPRESS_MAX];
-	size_t len = (size_t)st.st_size;
+	size_t len = (size_t)st->st_size;
 	if (len >= sizeof text) {
 		close(fd);
 		trace("off", "record too large");

@@ -235,15 +235,28 @@ const struct ar_plan *ar_image_load(unsigned char *img, uint64_t len, int check_
 
 /* ---- starting ---- */
 
-static int write_file(const char *path, const char *data)
+int ar_write_all(int fd, const void *buf, size_t n)
+{
+	const char *p = buf;
+	while (n > 0) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+int ar_write_text(const char *path, const char *s)
 {
 	int fd = open(path, O_WRONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
-	size_t n = strlen(data);
-	ssize_t w = write(fd, data, n);
-	close(fd);
-	return w == (ssize_t)n ? 0 : -1;
+	int r = ar_write_all(fd, s, strlen(s));
+	return close(fd) < 0 || r < 0 ? -1 : 0;
 }
 
 static int proc_path(char *buf, size_t n, int pid, const char *name)
@@ -277,8 +290,8 @@ static int userns_fd(const char *uid_map, const char *gid_map)
 	int pid = ar_userns_holder(pipefd[0], stack, stack_size);
 	close(pipefd[0]);
 	if (pid > 0) {
-		if (proc_path(path, sizeof path, pid, "uid_map") == 0 && write_file(path, uid_map) == 0 &&
-		    proc_path(path, sizeof path, pid, "gid_map") == 0 && write_file(path, gid_map) == 0 &&
+		if (proc_path(path, sizeof path, pid, "uid_map") == 0 && ar_write_text(path, uid_map) == 0 &&
+		    proc_path(path, sizeof path, pid, "gid_map") == 0 && ar_write_text(path, gid_map) == 0 &&
 		    proc_path(path, sizeof path, pid, "ns/user") == 0)
 			fd = open(path, O_RDONLY | O_CLOEXEC);
 		kill_reap(pid);
@@ -639,12 +652,9 @@ void ar_prestart(int argc, char **argv, char **envp)
 	pid_t self = getpid();
 	long starter = -1;
 	int shared = 0;
-	char xpath[PATH_MAX];
 	struct stat xst;
-	const char *xv = getenv("AGENTRUN_EXPRESS");
-	if (!policy_unhashed && !(xv && (strcmp(xv, "0") == 0 || strcmp(xv, "off") == 0)) &&
-	    snprintf(xpath, sizeof xpath, "%s/%s.express", dir, name) < (int)sizeof xpath &&
-	    fstatat(AT_FDCWD, xpath, &xst, AT_SYMLINK_NOFOLLOW) == 0) {
+	int xfd = policy_unhashed ? -1 : ar_express_open(dir, name, euid, &xst);
+	if (xfd >= 0) {
 		size_t guard = (size_t)sysconf(_SC_PAGESIZE);
 		char *stk = mmap(NULL, guard + STARTER_STACK, PROT_READ | PROT_WRITE,
 				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
@@ -666,6 +676,8 @@ void ar_prestart(int argc, char **argv, char **envp)
 	close(sv[1]);
 	close(pp[1]);
 	if (starter < 0) {
+		if (xfd >= 0)
+			close(xfd);
 		close(pp[0]);
 		close(sv[0]);
 		goto unmap;
@@ -682,8 +694,8 @@ void ar_prestart(int argc, char **argv, char **envp)
 	result.image_len = len;
 	result.argv = av;
 	result.no_express = policy_unhashed;
-	if (!policy_unhashed)
-		result.express_held = ar_express(h, dir, name, euid);
+	if (xfd >= 0)
+		result.express_held = ar_express(h, xfd, &xst, euid);
 	return;
 
 close_sock:
@@ -741,9 +753,9 @@ static _Noreturn void start_init(const struct ar_image *h, struct ar_plan *p, in
 	if (pid < 0)
 		goto fail;
 	report_started(out, pid, 0);
-	if ((h->setgroups && (proc_path(pp, sizeof pp, pid, "setgroups") < 0 || write_file(pp, h->setgroups) < 0)) ||
-	    (h->uid_map && (proc_path(pp, sizeof pp, pid, "uid_map") < 0 || write_file(pp, h->uid_map) < 0)) ||
-	    (h->gid_map && (proc_path(pp, sizeof pp, pid, "gid_map") < 0 || write_file(pp, h->gid_map) < 0)) ||
+	if ((h->setgroups && (proc_path(pp, sizeof pp, pid, "setgroups") < 0 || ar_write_text(pp, h->setgroups) < 0)) ||
+	    (h->uid_map && (proc_path(pp, sizeof pp, pid, "uid_map") < 0 || ar_write_text(pp, h->uid_map) < 0)) ||
+	    (h->gid_map && (proc_path(pp, sizeof pp, pid, "gid_map") < 0 || ar_write_text(pp, h->gid_map) < 0)) ||
 	    send(sv[0], "g", 1, MSG_NOSIGNAL) != 1)
 		goto fail;
 	report_started(out, pid, 1);
