@@ -202,3 +202,30 @@ func BenchmarkLoadImage(b *testing.B) {
 		}
 	}
 }
+
+// TestImageNamespaceFlagsOnly: an image whose clone flags ask for more than
+// new namespaces (shared memory, files, handlers or thread group with the
+// caller) is refused: the init must be a process of its own.
+func TestImageNamespaceFlagsOnly(t *testing.T) {
+	// CLONE_VM, CLONE_FS, CLONE_FILES, CLONE_SIGHAND, CLONE_THREAD, CLONE_PARENT
+	for _, add := range []uint64{0x100, 0x200, 0x400, 0x800, 0x10000, 0x8000} {
+		p, preps, ids := fullPlan()
+		p.CloneFlags |= add
+		img, err := Image(p, preps, ids, []byte("k"), Exe{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if LoadImage(img, true) == nil {
+			t.Errorf("clone flags %#x (with %#x): image accepted", p.CloneFlags, add)
+		}
+	}
+	// Positive control: the namespace flags alone load.
+	p, preps, ids := fullPlan()
+	img, err := Image(p, preps, ids, []byte("k"), Exe{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := LoadImage(img, true); err != nil {
+		t.Errorf("clone flags %#x: %v", p.CloneFlags, err)
+	}
+}
