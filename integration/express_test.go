@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The express path (nsinit/internal/cinit/express.c) runs a prestart hit
@@ -398,4 +400,42 @@ echo "rc=$?"`
 			t.Errorf("reading the private %s was not blocked:\n%s", target, out)
 		}
 	})
+}
+
+// TestExpressLeavesNoOrphans: an express spawn reaps everything it starts
+// (the starter, the idmap holders, the init), so none is left to the
+// host's reaper, which may never reap: an agent runner that is a
+// container's PID 1 would collect a zombie per spawn. The test process
+// becomes a child subreaper, which adopts any orphan of the spawns.
+func TestExpressLeavesNoOrphans(t *testing.T) {
+	expressCaller(t)
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatalf("become a child subreaper: %v", err)
+	}
+	defer func() { _ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) }()
+	// Two idmapped binds as root: the workspace and --rw, two holders.
+	cfg := spawnCfg{ws: newWorkspace(t), flags: []string{"--rw", tempDir(t) + ":/data"}}
+	warmExpress(t, cfg)
+	for i := range 8 {
+		r, said := expressSpawn(t, cfg, "/bin/sh", "-c", "echo x > /workspace/f && echo y > /data/f")
+		if said != "used" {
+			t.Fatalf("spawn %d: express path not taken: %q", i, said)
+		}
+		mustExit(t, r, 0, "writes to both idmapped binds")
+	}
+	// An orphan may take a moment to reach its new parent: a hang guard,
+	// not a timing assertion.
+	var kids []int
+	for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if kids = childrenOf(os.Getpid()); len(kids) > 0 {
+			break
+		}
+	}
+	for _, k := range kids {
+		comm, state, _, _ := procStat(strconv.Itoa(k))
+		t.Errorf("orphan adopted by the test: pid %d %q state %s", k, comm, state)
+		_ = syscall.Kill(k, syscall.SIGKILL)
+		var ws syscall.WaitStatus
+		_, _ = syscall.Wait4(k, &ws, 0, nil)
+	}
 }

@@ -273,37 +273,68 @@ static void kill_reap(pid_t pid)
 		;
 }
 
-/* userns_fd returns a user namespace with the given maps, owned by a
- * holder that is gone again when this returns (nsinit's cUserns). */
-static int userns_fd(const char *uid_map, const char *gid_map)
+/*
+ * An idmapped bind needs a user namespace with its maps, and only a
+ * process can own one while the maps are written: a holder (nsinit's
+ * cUserns). The starter starts the holders before it clones the init and
+ * uses them after, while the init waits for its go: their start overlaps
+ * the init's clone, and they are reaped once the init runs.
+ */
+struct holder {
+	int pid, wr; /* the holder and the write end of its pipe, or -1 */
+	void *stack;
+};
+
+enum { holder_stack_size = 64 * 1024 };
+
+static int holder_start(struct holder *hd)
 {
-	enum { stack_size = 64 * 1024 };
-	char path[64];
-	int pipefd[2], fd = -1;
-	void *stack = mmap(NULL, stack_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	int pipefd[2];
+	*hd = (struct holder){.pid = -1, .wr = -1};
+	void *stack = mmap(NULL, holder_stack_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
 	if (stack == MAP_FAILED)
 		return -1;
-	if (pipe2(pipefd, O_CLOEXEC) < 0) {
-		munmap(stack, stack_size);
+	hd->stack = stack;
+	if (pipe2(pipefd, O_CLOEXEC) < 0)
 		return -1;
-	}
-	int pid = ar_userns_holder(pipefd[0], stack, stack_size);
+	hd->wr = pipefd[1];
+	hd->pid = ar_userns_holder(pipefd[0], stack, holder_stack_size);
 	close(pipefd[0]);
-	if (pid > 0) {
-		if (proc_path(path, sizeof path, pid, "uid_map") == 0 && ar_write_text(path, uid_map) == 0 &&
-		    proc_path(path, sizeof path, pid, "gid_map") == 0 && ar_write_text(path, gid_map) == 0 &&
-		    proc_path(path, sizeof path, pid, "ns/user") == 0)
-			fd = open(path, O_RDONLY | O_CLOEXEC);
-		kill_reap(pid);
-	}
-	close(pipefd[1]);
-	munmap(stack, stack_size);
+	return hd->pid > 0 ? 0 : -1;
+}
+
+/* holder_userns writes the maps of a started holder, returns an fd of its
+ * user namespace and kills it; holder_reap waits for it later. */
+static int holder_userns(struct holder *hd, const char *uid_map, const char *gid_map)
+{
+	char path[64];
+	int fd = -1;
+	if (proc_path(path, sizeof path, hd->pid, "uid_map") == 0 && ar_write_text(path, uid_map) == 0 &&
+	    proc_path(path, sizeof path, hd->pid, "gid_map") == 0 && ar_write_text(path, gid_map) == 0 &&
+	    proc_path(path, sizeof path, hd->pid, "ns/user") == 0)
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+	kill(hd->pid, SIGKILL);
 	return fd;
 }
 
-/* prep_tree is mounts.CloneBind with an idmap: a detached clone of the
- * source, which must not contain a symlink anywhere. */
-static int prep_tree(const struct ar_prep *pr)
+/* holder_reap kills and reaps a holder and frees what it used; its stack
+ * only once it is gone. */
+static void holder_reap(struct holder *hd)
+{
+	if (hd->pid > 0)
+		kill_reap(hd->pid);
+	if (hd->wr >= 0)
+		close(hd->wr);
+	if (hd->stack)
+		munmap(hd->stack, holder_stack_size);
+	*hd = (struct holder){.pid = -1, .wr = -1};
+}
+
+/* prep_open is the first half of mounts.CloneBind with an idmap: a
+ * detached clone of the source, which must not contain a symlink
+ * anywhere. prep_idmap, the second, gives it the attributes and the idmap
+ * (only a tree nobody attached yet takes one: the init waits for its go). */
+static int prep_open(const struct ar_prep *pr)
 {
 	struct open_how how = {.flags = O_PATH | O_CLOEXEC, .resolve = RESOLVE_NO_SYMLINKS};
 	int src = (int)syscall(SYS_openat2, AT_FDCWD, pr->source, &how, sizeof how);
@@ -312,21 +343,18 @@ static int prep_tree(const struct ar_prep *pr)
 	unsigned rec = pr->recursive ? AT_RECURSIVE : 0;
 	int tree = (int)syscall(SYS_open_tree, src, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | rec);
 	close(src);
-	if (tree < 0)
-		return -1;
-	int ns = userns_fd(pr->uid_map, pr->gid_map);
-	if (ns < 0) {
-		close(tree);
-		return -1;
-	}
-	struct mount_attr attr = {.attr_set = pr->attr, .userns_fd = (uint64_t)ns};
-	long r = syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | rec, &attr, sizeof attr);
-	close(ns);
-	if (r < 0) {
-		close(tree);
-		return -1;
-	}
 	return tree;
+}
+
+static int prep_idmap(const struct ar_prep *pr, int tree, struct holder *hd)
+{
+	int ns = holder_userns(hd, pr->uid_map, pr->gid_map);
+	if (ns < 0)
+		return -1;
+	struct mount_attr attr = {.attr_set = pr->attr, .userns_fd = (uint64_t)ns};
+	long r = syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | (pr->recursive ? AT_RECURSIVE : 0), &attr, sizeof attr);
+	close(ns);
+	return r < 0 ? -1 : 0;
 }
 
 /* cache_dir is the directory of the images: a private one of this user's
@@ -725,13 +753,15 @@ static void report_started(int fd, int pid, int ok)
 		;
 }
 
-/* start_init runs in the starter: it makes the idmapped trees, clones the
+/* start_init runs in the starter: it clones the trees to idmap, clones the
  * init as a sibling (CLONE_PARENT: the init is the constructor process's
  * child, which waits for it, and its parent death signal follows that
- * process's main thread), writes its id maps, lets it go and reports. */
+ * process's main thread), idmaps the trees, writes the init's id maps,
+ * lets it go and reports. */
 static _Noreturn void start_init(const struct ar_image *h, struct ar_plan *p, int sv[2], int out, pid_t parent)
 {
-	int trees[16], pid = -1;
+	int trees[16], pid = -1, nheld = 0;
+	struct holder held[16];
 	char pp[64];
 	/* With the constructor's process gone, nobody is left to adopt or
 	 * kill what this would start. */
@@ -739,10 +769,13 @@ static _Noreturn void start_init(const struct ar_image *h, struct ar_plan *p, in
 		_exit(1);
 	int *fds = (int *)p->fds;
 	for (int i = 0; i < h->nprep; i++) {
-		trees[i] = prep_tree(&h->prep[i]);
+		trees[i] = prep_open(&h->prep[i]);
 		if (trees[i] < 0)
 			goto fail;
 		fds[h->prep[i].fd_index] = trees[i];
+		nheld++;
+		if (holder_start(&held[i]) < 0)
+			goto fail;
 	}
 	for (int i = 3; i < p->nfds; i++)
 		if (i != p->sync_fd && p->fds[i] < 0)
@@ -753,12 +786,17 @@ static _Noreturn void start_init(const struct ar_image *h, struct ar_plan *p, in
 	if (pid < 0)
 		goto fail;
 	report_started(out, pid, 0);
+	for (int i = 0; i < h->nprep; i++)
+		if (prep_idmap(&h->prep[i], trees[i], &held[i]) < 0)
+			goto fail;
 	if ((h->setgroups && (proc_path(pp, sizeof pp, pid, "setgroups") < 0 || ar_write_text(pp, h->setgroups) < 0)) ||
 	    (h->uid_map && (proc_path(pp, sizeof pp, pid, "uid_map") < 0 || ar_write_text(pp, h->uid_map) < 0)) ||
 	    (h->gid_map && (proc_path(pp, sizeof pp, pid, "gid_map") < 0 || ar_write_text(pp, h->gid_map) < 0)) ||
 	    send(sv[0], "g", 1, MSG_NOSIGNAL) != 1)
 		goto fail;
 	report_started(out, pid, 1);
+	for (int i = 0; i < nheld; i++)
+		holder_reap(&held[i]);
 	_exit(0);
 fail:
 	/* The init, if any, is the constructor's child: killed here, reaped
@@ -767,6 +805,8 @@ fail:
 		kill(pid, SIGKILL);
 	else
 		report_started(out, -1, 0);
+	for (int i = 0; i < nheld; i++)
+		holder_reap(&held[i]);
 	_exit(1);
 }
 
