@@ -423,6 +423,19 @@ func TestExpressLeavesNoOrphans(t *testing.T) {
 		}
 		mustExit(t, r, 0, "writes to both idmapped binds")
 	}
+	// The same through Go: a prestart hit that Go adopts, whose starter
+	// is a forked child the CLI kills once it has reported.
+	res := filepath.Join(tempDir(t), "result.json")
+	goCfg := spawnCfg{ws: newWorkspace(t), flags: []string{"--rw", tempDir(t) + ":/data", "--result", res},
+		env: []string{"AGENTRUN_EXPRESS=0"}}
+	warmPrestart(t, goCfg, res, "warm-up")
+	for i := range 8 {
+		r := spawn(t, goCfg, "/bin/sh", "-c", "echo x > /workspace/f && echo y > /data/f")
+		mustExit(t, r, 0, "writes to both idmapped binds, Go path")
+		if b, err := os.ReadFile(res); err != nil || !strings.Contains(string(b), `"prestart": "hit"`) {
+			t.Fatalf("spawn %d through Go was not a prestart hit: %s %v", i, b, err)
+		}
+	}
 	// An orphan may take a moment to reach its new parent: a hang guard,
 	// not a timing assertion.
 	var kids []int

@@ -278,7 +278,7 @@ static void kill_reap(pid_t pid)
  * process can own one while the maps are written: a holder (nsinit's
  * cUserns). The starter starts the holders before it clones the init and
  * uses them after, while the init waits for its go: their start overlaps
- * the init's clone, and they are reaped once the init runs.
+ * the init's clone, and they are reaped once the init has its go.
  */
 struct holder {
 	int pid, wr; /* the holder and the write end of its pipe, or -1 */
@@ -794,9 +794,11 @@ static _Noreturn void start_init(const struct ar_image *h, struct ar_plan *p, in
 	    (h->gid_map && (proc_path(pp, sizeof pp, pid, "gid_map") < 0 || ar_write_text(pp, h->gid_map) < 0)) ||
 	    send(sv[0], "g", 1, MSG_NOSIGNAL) != 1)
 		goto fail;
-	report_started(out, pid, 1);
+	/* Reaped before the report: without an express record the starter
+	 * is a forked child that the CLI kills right after reading it. */
 	for (int i = 0; i < nheld; i++)
 		holder_reap(&held[i]);
+	report_started(out, pid, 1);
 	_exit(0);
 fail:
 	/* The init, if any, is the constructor's child: killed here, reaped
