@@ -432,8 +432,8 @@ func TestExpressLeavesNoOrphans(t *testing.T) {
 	for i := range 8 {
 		r := spawn(t, goCfg, "/bin/sh", "-c", "echo x > /workspace/f && echo y > /data/f")
 		mustExit(t, r, 0, "writes to both idmapped binds, Go path")
-		if b, err := os.ReadFile(res); err != nil || !strings.Contains(string(b), `"prestart": "hit"`) {
-			t.Fatalf("spawn %d through Go was not a prestart hit: %s %v", i, b, err)
+		if got := readResult(t, res, r).Prestart; got != "hit" {
+			t.Fatalf("spawn %d through Go: prestart %q, want hit", i, got)
 		}
 	}
 	// An orphan may take a moment to reach its new parent: a hang guard,
