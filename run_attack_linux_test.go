@@ -50,6 +50,35 @@ func withoutPIDNamespace(spec *specs.Spec) {
 	spec.Linux.MaskedPaths, spec.Linux.ReadonlyPaths = nil, nil
 }
 
+// mustCompile compiles p against this host.
+func mustCompile(t *testing.T, p *Policy) *specs.Spec {
+	t.Helper()
+	h, err := NewHostInfo(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := Compile(p, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
+
+// mustRunSpec runs spec, skips the test where the host gives no sandbox and
+// fails it on any other error.
+func mustRunSpec(t *testing.T, spec *specs.Spec, opt Options) *Result {
+	t.Helper()
+	res, err := RunSpec(context.Background(), spec, 0, opt, time.Now())
+	var se *SetupError
+	if errors.As(err, &se) && (se.Step == "user namespace" || se.Step == "clone") {
+		t.Skipf("no sandbox here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
 // TestRunSpecKillsDaemons: whatever the command leaves running is gone when
 // RunSpec returns, with a PID namespace (the kernel takes the namespace
 // down with init) and without one (an OCI-style spec: only the cgroup kill
@@ -63,25 +92,11 @@ func TestRunSpecKillsDaemons(t *testing.T) {
 				marker := fmt.Sprintf("%d.%06d", 900+time.Now().Nanosecond()%90, time.Now().UnixNano()%1000000)
 				p := &Policy{Workspace: t.TempDir(), Command: []string{"/bin/sh", "-c",
 					"setsid sleep " + marker + " </dev/null >/dev/null 2>&1 & sleep 0.2; exit 0"}}
-				h, err := NewHostInfo(p)
-				if err != nil {
-					t.Fatal(err)
-				}
-				spec, err := Compile(p, h)
-				if err != nil {
-					t.Fatal(err)
-				}
+				spec := mustCompile(t, p)
 				if !pidns {
 					withoutPIDNamespace(spec)
 				}
-				res, err := RunSpec(context.Background(), spec, 0, Options{SeccompCache: cache}, time.Now())
-				var se *SetupError
-				if errors.As(err, &se) && (se.Step == "user namespace" || se.Step == "clone") {
-					t.Skipf("no sandbox here: %v", err)
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
+				res := mustRunSpec(t, spec, Options{SeccompCache: cache})
 				if res.ExitCode != 0 {
 					t.Fatalf("the launching shell: exit %d %s", res.ExitCode, res.Error)
 				}
@@ -261,5 +276,35 @@ func TestSkipViolations(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestRunSpecSysfsShowsSandboxNetwork: a spec that mounts sysfs sees the
+// sandbox's network devices in it (lo alone), never the host's, under
+// both inits. The C init makes the network namespace in a second thread
+// while it builds the root, but not for such a spec: sysfs takes the
+// network namespace of the thread that mounts it.
+func TestRunSpecSysfsShowsSandboxNetwork(t *testing.T) {
+	cache := &seccomp.Cache{}
+	for _, b := range []string{nsinit.BackendC, nsinit.BackendGo} {
+		t.Run(b, func(t *testing.T) {
+			t.Setenv(nsinit.BackendEnv, b)
+			ws := t.TempDir()
+			p := &Policy{Workspace: ws, Command: []string{"/bin/sh", "-c", "ls /sys/class/net > /workspace/net"}}
+			spec := mustCompile(t, p)
+			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs",
+				Options: []string{"nosuid", "noexec", "nodev", "ro"}})
+			res := mustRunSpec(t, spec, Options{SeccompCache: cache})
+			if res.ExitCode != 0 {
+				t.Fatalf("ls /sys/class/net: exit %d %s", res.ExitCode, res.Error)
+			}
+			out, err := os.ReadFile(filepath.Join(ws, "net"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Fields(string(out)); len(got) != 1 || got[0] != "lo" {
+				t.Errorf("SANDBOX ESCAPE: sysfs in the sandbox lists the network devices %q, not lo alone", got)
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -413,4 +414,57 @@ func TestInitHidesLongCommandLine(t *testing.T) {
 	if !strings.Contains(r.stdout, "args=70001") || !strings.Contains(r.stdout, "agentrun-init") {
 		t.Errorf("want args=70001 and agentrun-init in the output:\n%.300s", r.stdout)
 	}
+}
+
+// TestInitConfined: the sandbox's PID 1 holds no more than its command
+// does. The C init builds the root in the host's network namespace while a
+// second thread makes the sandbox's and loads the filter; by the time the
+// command runs, PID 1 must have joined that namespace, hold the filter and
+// no_new_privs, and (C init) be a single thread again. A PID 1 left outside
+// would be a way out for anything that reaches it. Checked from inside,
+// three times in one workspace: a first spawn and the prestarted (and,
+// where it applies, express) ones after it. The network namespace is told
+// by a listener of the test's in the host's: PID 1 must not see it.
+func TestInitConfined(t *testing.T) {
+	t.Parallel()
+	cInit := os.Getenv("AGENTRUN_INIT") == "" || os.Getenv("AGENTRUN_INIT") == "c"
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := fmt.Sprintf(":%04X ", l.Addr().(*net.TCPAddr).Port)
+	ws := newWorkspace(t)
+	const script = `grep -E '^(Threads|NoNewPrivs|Seccomp):' /proc/1/status | tr -d ' \t' | tr '\n' ' '; echo; ` +
+		`tail -n +3 /proc/1/net/dev | cut -d: -f1 | tr -d ' ' | tr '\n' ' '; echo; ` +
+		`cat /proc/1/net/tcp`
+	for i := 0; i < 3; i++ {
+		r := sh(t, ws, nil, script)
+		mustExit(t, r, 0, "reading PID 1's state")
+		lines := strings.SplitN(r.stdout, "\n", 3)
+		if len(lines) != 3 {
+			t.Fatalf("unexpected output\n%s", r)
+		}
+		for _, want := range []string{"NoNewPrivs:1", "Seccomp:2"} {
+			if !strings.Contains(lines[0], want) {
+				t.Errorf("spawn %d: PID 1 lacks %s: %q\n%s", i+1, want, lines[0], r)
+			}
+		}
+		if cInit && !strings.Contains(lines[0], "Threads:1 ") {
+			t.Errorf("spawn %d: the C init's PID 1 is not a single thread when the command runs: %q", i+1, lines[0])
+		}
+		if ifs := strings.Fields(lines[1]); len(ifs) != 1 || ifs[0] != "lo" {
+			t.Errorf("SANDBOX ESCAPE: spawn %d: PID 1 sees the network interfaces %q, not the sandbox's lone lo", i+1, ifs)
+		}
+		if strings.Contains(lines[2], port) {
+			t.Errorf("SANDBOX ESCAPE: spawn %d: PID 1 sees the host's listener on 127.0.0.1%s in /proc/1/net/tcp", i+1, port)
+		}
+	}
+	t.Run("control: with --net host PID 1 sees the listener", func(t *testing.T) {
+		r := sh(t, ws, []string{"--net", "host"}, script)
+		mustExit(t, r, 0, "reading PID 1's state with --net host")
+		if !strings.Contains(r.stdout, port) {
+			t.Errorf("with --net host /proc/1/net/tcp should list the test's listener (port%s)\n%s", port, r)
+		}
+	})
 }

@@ -4,11 +4,13 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // result is the --result JSON.
@@ -135,6 +137,42 @@ func TestSeccompProfiles(t *testing.T) {
 			t.Error("mkdir landed despite the profile")
 		}
 	})
+	// The C init hands the filter from a second thread to PID 1 with
+	// system calls that run under the filter (futex, seccomp, exit,
+	// getpid, tgkill, sched_yield). A profile that denies them must still
+	// sandbox the command, with init loading the filter itself, and must
+	// not hang when denials are reported (the listener is still in init
+	// then). The command uses none of them.
+	handover := filepath.Join(dir, "handover.json")
+	writeFile(t, handover, `{"defaultAction":"SCMP_ACT_ALLOW","architectures":["SCMP_ARCH_X86_64","SCMP_ARCH_AARCH64"],
+		"syscalls":[{"names":["futex","seccomp","tgkill","sched_yield","getpid"],"action":"SCMP_ACT_ERRNO","errnoRet":1},
+		{"names":["mkdir","mkdirat"],"action":"SCMP_ACT_ERRNO","errnoRet":13}]}`, 0o644)
+	for _, verbose := range []bool{false, true} {
+		t.Run(fmt.Sprintf("profile denying the init's handover calls, verbose=%v", verbose), func(t *testing.T) {
+			t.Parallel()
+			if b := os.Getenv("AGENTRUN_INIT"); b != "" && b != "c" {
+				t.Skipf("the %s init's PID 1 is a Go runtime, which needs futex under the filter; the hand-over is the C init's", b)
+			}
+			ws := newWorkspace(t)
+			flags := []string{"--seccomp-profile", handover}
+			if verbose {
+				flags = append(flags, "--verbose")
+			}
+			cfg := spawnCfg{ws: ws, flags: flags, guard: 30 * time.Second}
+			r := spawn(t, cfg, "/bin/grep", "-E", "^(Seccomp|Threads):", "/proc/1/status")
+			mustExit(t, r, 0, "reading PID 1's state under the profile")
+			if !strings.Contains(r.stdout, "Seccomp:\t2") {
+				t.Errorf("PID 1 runs without the filter\n%s", r)
+			}
+			r = spawn(t, cfg, "/bin/mkdir", "d")
+			if r.code == 0 || !strings.Contains(r.stderr, "Permission denied") {
+				t.Errorf("mkdir must fail with EACCES under the profile\n%s", r)
+			}
+			if _, err := os.Stat(filepath.Join(ws, "d")); err == nil {
+				t.Error("mkdir landed despite the profile")
+			}
+		})
+	}
 	t.Run("broken profile refused", func(t *testing.T) {
 		r := spawn(t, spawnCfg{ws: newWorkspace(t), flags: []string{"--seccomp-profile", broken}}, "/bin/true")
 		if r.code != 125 || !strings.Contains(r.stderr, "seccomp") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {

@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stddef.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -43,8 +44,10 @@
 #include <sys/uio.h>
 #include <sys/wait.h>
 
+#include <linux/audit.h>
 #include <linux/capability.h>
 #include <linux/filter.h>
+#include <linux/futex.h>
 #include <linux/if.h>
 #include <linux/keyctl.h>
 #include <linux/mount.h>
@@ -53,6 +56,7 @@
 #include <linux/rtnetlink.h>
 #include <linux/sched.h>
 #include <linux/seccomp.h>
+#include <linux/sockios.h>
 
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
@@ -298,6 +302,53 @@ static void put_errno(struct out *o, int e)
 }
 
 /* ---- child state ---- */
+
+/*
+ * rawsys makes a system call and returns its result, -errno on failure,
+ * without touching errno. The loader thread (below) shares init's thread
+ * pointer and with it libc's errno: a write of errno there could land
+ * between a call of init's that failed and init's test of errno (mkdirat's
+ * EEXIST in mkdir_all_in, say). Elsewhere syscall(2) sets errno, which a
+ * thread of its own could not avoid either; there the loader's calls are
+ * the ones documented below.
+ */
+#if defined(__x86_64__)
+static long rawsys(long n, long a, long b, long c, long d, long e, long f)
+{
+	register long r10 __asm__("r10") = d;
+	register long r8 __asm__("r8") = e;
+	register long r9 __asm__("r9") = f;
+	long ret;
+	__asm__ volatile("syscall"
+			 : "=a"(ret)
+			 : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+			 : "rcx", "r11", "memory");
+	return ret;
+}
+#elif defined(__aarch64__)
+static long rawsys(long n, long a, long b, long c, long d, long e, long f)
+{
+	register long x8 __asm__("x8") = n;
+	register long x0 __asm__("x0") = a;
+	register long x1 __asm__("x1") = b;
+	register long x2 __asm__("x2") = c;
+	register long x3 __asm__("x3") = d;
+	register long x4 __asm__("x4") = e;
+	register long x5 __asm__("x5") = f;
+	__asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5) : "memory", "cc");
+	return x0;
+}
+#else
+static long rawsys(long n, long a, long b, long c, long d, long e, long f)
+{
+	long r = syscall(n, a, b, c, d, e, f);
+	return r < 0 ? -errno : r;
+}
+#endif
+#define RAW0(n) rawsys((n), 0, 0, 0, 0, 0, 0)
+#define RAW(n, ...) rawsys_n((n), __VA_ARGS__)
+#define rawsys_n(n, ...) rawsys_pad((n), __VA_ARGS__, 0, 0, 0, 0, 0, 0)
+#define rawsys_pad(n, a, b, c, d, e, f, ...) rawsys((n), (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), (long)(f))
 
 struct ctx {
 	const struct ar_plan *p;
@@ -825,19 +876,18 @@ static int under_bind(const struct ar_plan *p, int n, const char *dest)
 	return 0;
 }
 
+/* The loader thread ("the loader", below) reads the sync socket from the
+ * moment it starts; init waits for its state instead. */
+enum { LOADER_STARTED, LOADER_VERIFIED, LOADER_LOADED, LOADER_GO, LOADER_DONE };
+static void await_loader(int state);
+
 /* await_verified blocks a prestarted init until the parent has found the
- * plan to be its own: one 'v' message. Anything else ends the init. */
+ * plan to be its own: the loader has read the parent's 'v'. */
 static void await_verified(struct ctx *c)
 {
 	if (!c->p->await_verify || c->verified)
 		return;
-	char v;
-	ssize_t n;
-	do
-		n = recv(c->sync, &v, 1, MSG_TRUNC);
-	while (n < 0 && errno == EINTR);
-	if (n != 1 || v != 'v')
-		_exit(EXIT_SETUP_FAILED);
+	await_loader(LOADER_VERIFIED);
 	c->verified = 1;
 }
 
@@ -968,8 +1018,10 @@ static void setup_root(struct ctx *c)
 
 /* ---- network ---- */
 
-/* loopback_up sets IFF_UP on ifindex 1 ("lo") with one RTM_NEWLINK. */
-static int loopback_up(void)
+/* loopback_up sets IFF_UP on ifindex 1 ("lo") with one RTM_NEWLINK on the
+ * NETLINK_ROUTE socket nl, in the network namespace the socket was made
+ * in. Returns 0 or -errno; errno is left alone (rawsys). */
+static int loopback_up(int nl)
 {
 	struct {
 		struct nlmsghdr nh;
@@ -984,27 +1036,21 @@ static int loopback_up(void)
 		struct nlmsghdr nh;
 		char b[512];
 	} ack;
-	int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
-	if (fd < 0)
-		return -1;
-	if (sendto(fd, &req, sizeof req, 0, (struct sockaddr *)&kernel, sizeof kernel) < 0) {
-		close_keep_errno(fd);
-		return -1;
-	}
-	ssize_t n = recv(fd, &ack, sizeof ack, 0);
-	close_keep_errno(fd);
+	long n = RAW(SYS_sendto, nl, &req, sizeof req, 0, &kernel, sizeof kernel);
+	if (n >= 0)
+		n = RAW(SYS_recvfrom, nl, &ack, sizeof ack, 0, NULL, NULL);
 	if (n < 0)
-		return -1;
-	if ((size_t)n < sizeof(struct nlmsghdr) + sizeof(struct nlmsgerr) || ack.nh.nlmsg_type != NLMSG_ERROR) {
-		errno = EPROTO;
-		return -1;
-	}
+		return (int)n;
+	if ((size_t)n < sizeof(struct nlmsghdr) + sizeof(struct nlmsgerr) || ack.nh.nlmsg_type != NLMSG_ERROR)
+		return -EPROTO;
 	const struct nlmsgerr *ne = NLMSG_DATA(&ack.nh);
-	if (ne->error) {
-		errno = -ne->error;
-		return -1;
-	}
-	return 0;
+	return ne->error; /* 0 or -errno */
+}
+
+/* route_socket opens a NETLINK_ROUTE socket: fd or -errno. */
+static int route_socket(void)
+{
+	return (int)RAW(SYS_socket, AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
 }
 
 /* ---- capabilities ---- */
@@ -1181,13 +1227,16 @@ struct release {
 		char b[AR_RELEASE_MAX];
 	} u;
 	size_t len;
+	int ntasks; /* v1 "tasks" files sent with it, still open */
+	int tasks[AR_MAX_TASK_FDS];
 };
 
 /* await_release blocks until the parent has placed init in its cgroup and
  * compiled the filter. EOF: the parent gave up. The message may carry v1
  * "tasks" files (SCM_RIGHTS) when init was started before its cgroup
- * existed (a prestart): init writes "0" to each at once, still a single
- * thread running only code of ours, as child() does with the plan's. */
+ * existed (a prestart). They are kept open in r: writing "0" to one moves
+ * only the calling thread, so each of init's threads joins by itself
+ * (join_release_cgroups). Runs in the loader. */
 static void await_release(struct ctx *c, struct release *r)
 {
 	union {
@@ -1196,17 +1245,15 @@ static void await_release(struct ctx *c, struct release *r)
 	} ctl;
 	struct iovec iov = {.iov_base = r->u.b, .iov_len = sizeof r->u.b};
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b, .msg_controllen = sizeof ctl.b};
-	ssize_t n;
-	do
-		n = recvmsg(c->sync, &mh, MSG_TRUNC | MSG_CMSG_CLOEXEC);
-	while (n < 0 && errno == EINTR);
+	long n = RAW(SYS_recvmsg, c->sync, &mh, MSG_TRUNC | MSG_CMSG_CLOEXEC);
 	if (n == 0)
 		_exit(EXIT_SETUP_FAILED);
 	if (n < 0)
-		die(c, "sync");
+		die_parts(c, (const char *[]){"sync", NULL}, (const char *[]){NULL}, (int)-n);
 	if ((size_t)n > sizeof r->u.b || n < 4 || (n - 4) % sizeof(struct sock_filter) || (mh.msg_flags & MSG_CTRUNC)) {
 		die_parts(c, (const char *[]){"sync", NULL}, (const char *[]){"bad release message", NULL}, EPROTO);
 	}
+	r->ntasks = 0;
 	for (struct cmsghdr *h = CMSG_FIRSTHDR(&mh); h; h = CMSG_NXTHDR(&mh, h)) {
 		if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS)
 			continue;
@@ -1214,37 +1261,31 @@ static void await_release(struct ctx *c, struct release *r)
 		int fds[AR_MAX_TASK_FDS];
 		memcpy(fds, CMSG_DATA(h), sizeof(int) * (size_t)(nfd < AR_MAX_TASK_FDS ? nfd : AR_MAX_TASK_FDS));
 		for (int i = 0; i < nfd && i < AR_MAX_TASK_FDS; i++) {
-			if (write(fds[i], "0", 1) != 1)
-				die(c, "cgroup placement");
-			close(fds[i]);
+			if (r->ntasks < AR_MAX_TASK_FDS)
+				r->tasks[r->ntasks++] = fds[i];
+			else
+				(void)RAW(SYS_close, fds[i]);
 		}
 	}
 	r->len = (size_t)n;
 }
 
-/* load_seccomp installs the released filter on init, which the command
- * then inherits, and passes the listener, if any, to the parent: whoever
- * holds it decides the notified calls, never the sandbox. */
-static void load_seccomp(struct ctx *c, const struct release *rel)
+/* join_release_cgroups moves the calling thread into the cgroups the
+ * release named; the last of init's threads to join also closes the
+ * files. Each thread joins as soon as it may: the loader before it loads
+ * the filter, so that the program's memory is charged to the sandbox. */
+static void join_release_cgroups(struct ctx *c, struct release *r, int last)
 {
-	if (rel->len <= 4)
-		return;
-	struct sock_fprog prog = {
-		.len = (unsigned short)((rel->len - 4) / sizeof(struct sock_filter)),
-		.filter = (struct sock_filter *)(rel->u.b + 4),
-	};
-	unsigned flags = rel->u.flags;
-	if ((flags & SECCOMP_FILTER_FLAG_TSYNC) && (flags & SECCOMP_FILTER_FLAG_NEW_LISTENER))
-		flags |= SECCOMP_FILTER_FLAG_TSYNC_ESRCH;
-	long r = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog);
-	if (r < 0)
-		die_parts(c, (const char *[]){"seccomp", NULL}, (const char *[]){"load filter", NULL}, errno);
-	if (flags & SECCOMP_FILTER_FLAG_NEW_LISTENER) {
-		int e = send_listener(c->sync, (int)r) < 0 ? errno : 0;
-		close((int)r);
-		if (e)
-			die_parts(c, (const char *[]){"seccomp listener", NULL}, (const char *[]){NULL}, e);
+	for (int i = 0; i < r->ntasks; i++) {
+		long n = RAW(SYS_write, r->tasks[i], "0", 1);
+		if (n != 1)
+			die_parts(c, (const char *[]){"cgroup placement", NULL}, (const char *[]){NULL},
+				  n < 0 ? (int)-n : EIO);
+		if (last)
+			(void)RAW(SYS_close, r->tasks[i]);
 	}
+	if (last)
+		r->ntasks = 0;
 }
 
 /* drop_privileges runs in init right before it forks the command, so both
@@ -1269,6 +1310,370 @@ static void drop_privileges(struct ctx *c)
 	if (what) {
 		int e = errno;
 		die_parts(c, (const char *[]){"drop privileges", NULL}, (const char *[]){what, NULL}, e);
+	}
+}
+
+/* ---- the loader ---- */
+
+/*
+ * The loader is a second thread of init. It takes two pieces of kernel work
+ * off the spawn's critical path; on a machine with a second CPU they run
+ * alongside init's root assembly:
+ *
+ *  - the network namespace: creating one sets up every protocol's
+ *    per-namespace state (0.6-0.8 ms here), and a clone with CLONE_NEWNET
+ *    does it before init can start. The loader unshares one instead,
+ *    brings "lo" up in it, and init joins it with setns once the root is
+ *    built. It is owned by the sandbox's user namespace either way; init
+ *    builds the root in the host's network namespace, where it holds no
+ *    capability. A plan that mounts sysfs keeps CLONE_NEWNET (split_net):
+ *    sysfs shows the network devices of its mounter's namespace.
+ *  - the seccomp filter: loading one is the kernel's translation, JIT and
+ *    action cache (0.4-0.5 ms for the default profile), in the loading
+ *    thread. The loader receives the release, loads the filter on itself
+ *    and waits. Once init has done every step the filter may forbid, the
+ *    loader adds a filter that allows everything with
+ *    SECCOMP_FILTER_FLAG_TSYNC: the kernel gives init the loader's filters
+ *    (the strictest action of all wins, so the released filter decides)
+ *    and no_new_privs, and the loader ends. Before the load it drops its
+ *    capabilities to the command's and sets no_new_privs as the plan says,
+ *    so the kernel judges the load as it would judge init's.
+ *
+ * The handover makes system calls under the released filter that loading
+ * it in init would not: the loader's futex, seccomp and exit, and init's
+ * futex, getpid, tgkill and sched_yield while it waits for the loader to
+ * be gone. A filter that does not allow each of them whatever its
+ * arguments (handover_allowed) is loaded by init itself after the loader
+ * has gone, as is any filter when init already ran under one (TSYNC would
+ * then not apply the filter's speculation mitigations to init).
+ *
+ * The loader reads the sync socket from its start ('v', then the release);
+ * init waits for its state. It shares init's memory, files, root and
+ * thread pointer (and so libc's errno, which rawsys leaves alone). It ends
+ * either by returning, or by taking the whole process down (die_parts,
+ * _exit): init's waits for it cannot outlast it.
+ */
+struct loader {
+	struct ctx c; /* a copy: the sync socket and the plan */
+	struct release *rel;
+	int split_net;  /* create the network namespace here */
+	int unfiltered; /* init ran under no filter when it started */
+	int handover;   /* the filter is loaded here and handed over */
+	int netfd;      /* the new network namespace; -1: none */
+	long listener;  /* the handed-over filter's listener; -1: none */
+	volatile int state; /* LOADER_*, a futex word */
+	volatile pid_t tid; /* 0 once the thread is leaving (CLONE_CHILD_CLEARTID) */
+	pid_t id;           /* its thread id */
+};
+
+/* One loader per init process; a static, like big_locals, and so is its
+ * stack. */
+static struct loader loader;
+enum { loader_stack_size = 64 * 1024 };
+static _Alignas(64) char loader_stack[loader_stack_size];
+
+/* split_net says whether the loader creates the network namespace. */
+static int split_net(const struct ar_plan *p)
+{
+	if (!(p->clone_flags & CLONE_NEWNET))
+		return 0;
+	for (int i = 0; i < p->nmounts; i++)
+		if (p->mounts[i].kind == AR_MOUNT_FS && strcmp(p->mounts[i].source, "sysfs") == 0)
+			return 0;
+	return 1;
+}
+
+#if defined(__x86_64__)
+#define NATIVE_AUDIT_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define NATIVE_AUDIT_ARCH AUDIT_ARCH_AARCH64
+#endif
+
+/* A system call as a filter sees it, with the arguments that are known in
+ * advance; the others (addresses, ids) are not. */
+struct known_call {
+	uint32_t nr;
+	unsigned known; /* bit i: args[i] is known */
+	uint64_t args[6];
+};
+
+/* filter_allows says whether the filter returns SECCOMP_RET_ALLOW for the
+ * call on the native architecture, whatever its unknown arguments and
+ * instruction pointer are. It runs the instructions that libseccomp emits
+ * to decide by number, architecture and argument values (the kernel's
+ * action-cache test, seccomp_is_const_allow, with known arguments too);
+ * any other instruction, or a load of an unknown value, answers no. */
+static int filter_allows(const struct sock_filter *f, size_t n, uint32_t arch, const struct known_call *c)
+{
+	uint32_t a = 0;
+	for (size_t pc = 0; pc < n; pc++) {
+		const struct sock_filter *i = &f[pc];
+		switch (i->code) {
+		case BPF_LD | BPF_W | BPF_ABS:
+			if (i->k == offsetof(struct seccomp_data, nr)) {
+				a = c->nr;
+			} else if (i->k == offsetof(struct seccomp_data, arch)) {
+				a = arch;
+			} else if (i->k >= offsetof(struct seccomp_data, args) && i->k < sizeof(struct seccomp_data) &&
+				   i->k % 4 == 0) {
+				uint32_t off = i->k - (uint32_t)offsetof(struct seccomp_data, args);
+				if (!(c->known & (1u << (off / 8))))
+					return 0;
+				uint64_t v = c->args[off / 8];
+				/* The kernel's struct is in host order: on a
+				 * little-endian host the low word comes first. */
+				int high = off % 8 == 4;
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+				high = !high;
+#endif
+				a = high ? (uint32_t)(v >> 32) : (uint32_t)v;
+			} else {
+				return 0; /* the instruction pointer */
+			}
+			break;
+		case BPF_JMP | BPF_JA:
+			pc += i->k;
+			break;
+		case BPF_JMP | BPF_JEQ | BPF_K:
+			pc += a == i->k ? i->jt : i->jf;
+			break;
+		case BPF_JMP | BPF_JGE | BPF_K:
+			pc += a >= i->k ? i->jt : i->jf;
+			break;
+		case BPF_JMP | BPF_JGT | BPF_K:
+			pc += a > i->k ? i->jt : i->jf;
+			break;
+		case BPF_JMP | BPF_JSET | BPF_K:
+			pc += (a & i->k) ? i->jt : i->jf;
+			break;
+		case BPF_ALU | BPF_AND | BPF_K:
+			a &= i->k;
+			break;
+		case BPF_RET | BPF_K:
+			return i->k == SECCOMP_RET_ALLOW;
+		default:
+			return 0;
+		}
+	}
+	return 0;
+}
+
+/* handover_allowed says whether the filter allows every system call the
+ * handover makes under it (see the comment above struct loader). */
+static int handover_allowed(const struct sock_filter *f, size_t n, unsigned handover_flags)
+{
+#ifdef NATIVE_AUDIT_ARCH
+	const struct known_call calls[] = {
+		/* the loader */
+		{SYS_futex, 1u << 1, {0, FUTEX_WAKE_PRIVATE}},
+		{SYS_futex, 1u << 1, {0, FUTEX_WAIT_PRIVATE}},
+		{SYS_seccomp, 3u, {SECCOMP_SET_MODE_FILTER, handover_flags}},
+		{SYS_exit, 1u, {0}},
+		/* init, until the loader is gone */
+		{SYS_futex, 1u << 1, {0, FUTEX_WAIT}},
+		{SYS_getpid, 0x3f, {0}},
+		{SYS_tgkill, 1u << 2, {0, 0, 0}},
+		{SYS_sched_yield, 0x3f, {0}},
+	};
+	for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++)
+		if (!filter_allows(f, n, NATIVE_AUDIT_ARCH, &calls[i]))
+			return 0;
+	return 1;
+#else
+	(void)f;
+	(void)n;
+	(void)handover_flags;
+	return 0;
+#endif
+}
+
+int ar_filter_allows(const void *filter, size_t n, uint32_t nr, unsigned known, const uint64_t *args)
+{
+#ifdef NATIVE_AUDIT_ARCH
+	struct known_call c = {.nr = nr, .known = known};
+	memcpy(c.args, args, sizeof c.args);
+	return filter_allows(filter, n, NATIVE_AUDIT_ARCH, &c);
+#else
+	(void)filter, (void)n, (void)nr, (void)known, (void)args;
+	return 0;
+#endif
+}
+
+int ar_handover_allowed(const void *filter, size_t n, unsigned flags)
+{
+	return handover_allowed(filter, n, flags);
+}
+
+static void loader_set(int state)
+{
+	__atomic_store_n(&loader.state, state, __ATOMIC_RELEASE);
+	(void)RAW(SYS_futex, &loader.state, FUTEX_WAKE_PRIVATE, 1);
+}
+
+/* loader_wait blocks until the loader's state is at least state. */
+static void loader_wait(int state)
+{
+	for (;;) {
+		int s = __atomic_load_n(&loader.state, __ATOMIC_ACQUIRE);
+		if (s >= state)
+			return;
+		(void)RAW(SYS_futex, &loader.state, FUTEX_WAIT_PRIVATE, s, NULL);
+	}
+}
+
+/* await_loader is init's side of loader_wait. */
+static void await_loader(int state)
+{
+	loader_wait(state);
+}
+
+static void load_filter(struct ctx *c, const struct release *rel, unsigned flags, long *listener)
+{
+	struct sock_fprog prog = {
+		.len = (unsigned short)((rel->len - 4) / sizeof(struct sock_filter)),
+		.filter = (struct sock_filter *)(rel->u.b + 4),
+	};
+	long r = RAW(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog);
+	if (r < 0)
+		die_parts(c, (const char *[]){"seccomp", NULL}, (const char *[]){"load filter", NULL}, (int)-r);
+	*listener = flags & SECCOMP_FILTER_FLAG_NEW_LISTENER ? r : -1;
+}
+
+static int loader_main(void *arg)
+{
+	struct loader *l = arg;
+	struct ctx *c = &l->c;
+	const struct ar_plan *p = c->p;
+	long r;
+
+	if (l->split_net) {
+		if ((r = RAW(SYS_unshare, CLONE_NEWNET)) < 0)
+			die_parts(c, (const char *[]){"network namespace", NULL}, (const char *[]){NULL}, (int)-r);
+		int nl = route_socket();
+		if (nl < 0)
+			die_parts(c, (const char *[]){"network namespace", NULL}, (const char *[]){"netlink socket", NULL}, -nl);
+		if (p->loopback && (r = loopback_up(nl)) < 0)
+			die_parts(c, (const char *[]){"loopback up", NULL}, (const char *[]){NULL}, (int)-r);
+		/* The namespace's fd from the socket made in it: no path to
+		 * resolve, and no /proc that must show this thread. */
+		if ((r = RAW(SYS_ioctl, nl, SIOCGSKNS)) < 0)
+			die_parts(c, (const char *[]){"network namespace", NULL}, (const char *[]){"open", NULL}, (int)-r);
+		l->netfd = (int)r;
+		(void)RAW(SYS_close, nl);
+	}
+
+	if (p->await_verify) {
+		char v;
+		r = RAW(SYS_recvfrom, c->sync, &v, 1, MSG_TRUNC, NULL, NULL);
+		if (r != 1 || v != 'v')
+			_exit(EXIT_SETUP_FAILED);
+	}
+	loader_set(LOADER_VERIFIED);
+
+	struct release *rel = l->rel;
+	await_release(c, rel);
+	join_release_cgroups(c, rel, 0);
+	unsigned handover_flags = SECCOMP_FILTER_FLAG_TSYNC | (rel->u.flags & SECCOMP_FILTER_FLAG_SPEC_ALLOW);
+	l->handover = rel->len > 4 && l->unfiltered &&
+		      handover_allowed((const struct sock_filter *)(rel->u.b + 4), (rel->len - 4) / sizeof(struct sock_filter),
+				       handover_flags);
+	if (l->handover) {
+		struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+		struct __user_cap_data_struct d[2];
+		for (int i = 0; i < 2; i++)
+			d[i] = (struct __user_cap_data_struct){.effective = p->keep_caps[i], .permitted = p->keep_caps[i]};
+		if ((r = RAW(SYS_capset, &h, d)) < 0)
+			die_parts(c, (const char *[]){"drop privileges", NULL}, (const char *[]){"set capability sets", NULL}, (int)-r);
+		if (p->no_new_privs && (r = RAW(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) < 0)
+			die_parts(c, (const char *[]){"drop privileges", NULL}, (const char *[]){"set no_new_privs", NULL}, (int)-r);
+		/* On the loader alone: init is still building the root. */
+		load_filter(c, rel, rel->u.flags & ~(unsigned)(SECCOMP_FILTER_FLAG_TSYNC | SECCOMP_FILTER_FLAG_TSYNC_ESRCH),
+			    &l->listener);
+	}
+	loader_set(LOADER_LOADED);
+
+	loader_wait(LOADER_GO);
+	if (l->handover) {
+		static const struct sock_filter allow = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+		struct sock_fprog prog = {.len = 1, .filter = (struct sock_filter *)&allow};
+		/* TSYNC's failure is the id of a thread it could not
+		 * synchronise: init, which would then run unfiltered. */
+		r = RAW(SYS_seccomp, SECCOMP_SET_MODE_FILTER, handover_flags, &prog);
+		if (r != 0)
+			die_parts(c, (const char *[]){"seccomp", NULL}, (const char *[]){"hand the filter over", NULL},
+				  r < 0 ? (int)-r : EBUSY);
+	}
+	/* No wake: init waits for this thread's exit (finish_loader). */
+	__atomic_store_n(&l->state, LOADER_DONE, __ATOMIC_RELEASE);
+	return 0;
+}
+
+/* start_loader starts the loader, on another CPU than init's if the
+ * affinity mask allows one. The scheduler would otherwise queue the new
+ * thread behind init on init's CPU, where it runs only when init blocks,
+ * and wake it there again when the release comes. */
+static void start_loader(struct ctx *c, struct release *rel)
+{
+	loader = (struct loader){.c = *c, .rel = rel, .split_net = split_net(c->p), .netfd = -1, .listener = -1};
+	loader.c.what = loader.c.what_arg = NULL;
+	loader.unfiltered = RAW(SYS_prctl, PR_GET_SECCOMP, 0, 0, 0, 0) == 0;
+	/* The clone wrapper runs loader_main on the new stack and ends the
+	 * thread (not the process) with SYS_exit when it returns. */
+	long t = clone(loader_main, loader_stack + loader_stack_size,
+		       CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM |
+			       CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID,
+		       &loader, &loader.tid, NULL, &loader.tid);
+	if (t < 0)
+		die(c, "start loader thread");
+	loader.id = (pid_t)t;
+	cpu_set_t set;
+	unsigned cpu;
+	if (RAW(SYS_sched_getaffinity, 0, sizeof set, &set) > 0 && RAW(SYS_getcpu, &cpu, NULL, NULL) == 0 &&
+	    cpu < CPU_SETSIZE && CPU_ISSET(cpu, &set) && CPU_COUNT(&set) > 1) {
+		CPU_CLR(cpu, &set);
+		(void)RAW(SYS_sched_setaffinity, t, sizeof set, &set); /* only speed is at stake */
+	}
+}
+
+/* finish_loader runs once init has done everything the filter may forbid.
+ * The loader hands the filter over, or init loads it itself once the
+ * loader has gone. Either way the loader is gone first, so PID 1 is a
+ * single thread again before the command starts, and the thread no longer
+ * counts against the cgroup's pids.max (with a limit of 2 a remnant
+ * refused the command's fork now and then). */
+static void finish_loader(struct ctx *c, const struct release *rel)
+{
+	loader_set(LOADER_GO);
+	/* The kernel clears the tid and wakes (a shared futex) early in the
+	 * thread's exit, */
+	for (;;) {
+		pid_t t = loader.tid;
+		if (t == 0)
+			break;
+		(void)RAW(SYS_futex, &loader.tid, FUTEX_WAIT, t, NULL);
+	}
+	/* and releases the thread, with its pids charge, a little later; from
+	 * then on tgkill no longer finds it in this thread group. */
+	long self = RAW0(SYS_getpid);
+	while (RAW(SYS_tgkill, self, loader.id, 0) == 0)
+		(void)RAW0(SYS_sched_yield);
+	if (__atomic_load_n(&loader.state, __ATOMIC_ACQUIRE) != LOADER_DONE)
+		die_parts(c, (const char *[]){"loader thread", NULL}, (const char *[]){"ended early", NULL}, 0);
+
+	long listener = loader.listener;
+	if (!loader.handover && rel->len > 4) {
+		unsigned flags = rel->u.flags;
+		if ((flags & SECCOMP_FILTER_FLAG_TSYNC) && (flags & SECCOMP_FILTER_FLAG_NEW_LISTENER))
+			flags |= SECCOMP_FILTER_FLAG_TSYNC_ESRCH;
+		load_filter(c, rel, flags, &listener);
+	}
+	/* Whoever holds the listener decides the notified calls, never the
+	 * sandbox: it goes to the parent. */
+	if (listener >= 0) {
+		int e = send_listener(c->sync, (int)listener) < 0 ? errno : 0;
+		close((int)listener);
+		if (e)
+			die_parts(c, (const char *[]){"seccomp listener", NULL}, (const char *[]){NULL}, e);
 	}
 }
 
@@ -1618,9 +2023,17 @@ static _Noreturn void child(const struct ar_plan *p, int heap_left_behind)
 	/* Opened on the host's /proc, which is certain to exist, and read once
 	 * the command runs (forget_parent). */
 	int mapsfd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+	/* Started with init's credentials, which it copies. */
+	static struct release rel; /* see big_locals */
+	start_loader(&c, &rel);
 	setup_root(&c);
-	if (p->loopback && loopback_up() < 0)
-		die(&c, "loopback up");
+	if (!loader.split_net && (p->clone_flags & CLONE_NEWNET) && p->loopback) {
+		int nl = route_socket(), r = nl < 0 ? nl : loopback_up(nl);
+		if (nl >= 0)
+			close(nl);
+		if (r < 0)
+			die_parts(&c, (const char *[]){"loopback up", NULL}, (const char *[]){NULL}, -r);
+	}
 	if (chdir(p->cwd) < 0) {
 		int e = errno;
 		die_parts(&c, (const char *[]){"chdir ", p->cwd, NULL}, (const char *[]){NULL}, e);
@@ -1657,10 +2070,16 @@ static _Noreturn void child(const struct ar_plan *p, int heap_left_behind)
 		die(&c, "signalfd");
 
 	/* Everything so far ran while the parent placed init in its cgroup and
-	 * compiled the filter; nothing of the command runs before both. */
-	static struct release rel; /* see big_locals */
-	await_verified(&c);
-	await_release(&c, &rel);
+	 * compiled the filter, and the loader made the network namespace and
+	 * loaded the filter; nothing of the command runs before all of it. */
+	await_loader(LOADER_LOADED);
+	if (loader.split_net) {
+		if (syscall(SYS_setns, loader.netfd, CLONE_NEWNET) < 0)
+			die_parts(&c, (const char *[]){"network namespace", NULL}, (const char *[]){"join", NULL}, errno);
+		close(loader.netfd);
+		loader.netfd = -1;
+	}
+	join_release_cgroups(&c, &rel, 1);
 	/* In the sandbox's cgroup now, so the new cgroup namespace is rooted
 	 * there. */
 	if (p->unshare_cgroupns && syscall(SYS_unshare, CLONE_NEWCGROUP) < 0)
@@ -1687,7 +2106,7 @@ static _Noreturn void child(const struct ar_plan *p, int heap_left_behind)
 	}
 	/* Last: from here on init, and the command it starts, run under the
 	 * filter, as the Go init's thread does. */
-	load_seccomp(&c, &rel);
+	finish_loader(&c, &rel);
 
 	/* The command child's stack: init is suspended while the child uses it
 	 * (CLONE_VFORK), so a buffer of init's is safe. glibc's clone(3)
@@ -1787,7 +2206,8 @@ int ar_start(const struct ar_plan *p)
 	if (syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old, sizeof all) < 0)
 		return -errno;
 	int marked = mark_heap(p, MADV_DONTFORK);
-	long pid = clone_child(p->clone_flags, p->cgroup_fd);
+	/* The loader makes the network namespace (split_net). */
+	long pid = clone_child(split_net(p) ? p->clone_flags & ~(uint64_t)CLONE_NEWNET : p->clone_flags, p->cgroup_fd);
 	if (pid == 0)
 		child(p, marked);
 	int e0 = errno;

@@ -250,6 +250,14 @@ void ar_prestart(int argc, char **argv, char **envp);
  * process's constructor; for tests of a glibc build.
  */
 int ar_initial_args_agree(void);
+
+/*
+ * For tests of the loader's check (cinit.c, handover_allowed): whether the
+ * filter (n instructions) allows system call nr with the arguments whose
+ * bits are set in known, and whether it allows the whole handover.
+ */
+int ar_filter_allows(const void *filter, size_t n, uint32_t nr, unsigned known, const uint64_t *args);
+int ar_handover_allowed(const void *filter, size_t n, unsigned flags);
 /* The environment variables whose values are part of the key. */
 const char *const *ar_prestart_pass_env(void);
 struct ar_prestart ar_prestart_take(void);

@@ -451,3 +451,18 @@ func (b *builder) plan(p *Plan) (*C.struct_ar_plan, error) {
 // musl builds (initial_args in cinit.c) finds the arguments glibc passed
 // this process's constructor.
 func initialArgsAgree() bool { return C.ar_initial_args_agree() == 1 }
+
+// filterAllows reports whether the loader's check (filter_allows in
+// cinit.c) finds that filter allows system call nr with the arguments args
+// whose bits are set in known, whatever the others are.
+func filterAllows(filter []byte, nr uint32, known uint, args [6]uint64) bool {
+	return C.ar_filter_allows(unsafe.Pointer(&filter[0]), C.size_t(len(filter)/8), C.uint32_t(nr), C.unsigned(known),
+		(*C.uint64_t)(unsafe.Pointer(&args[0]))) == 1
+}
+
+// handoverAllowed reports whether the loader would load filter itself and
+// hand it over (handover_allowed in cinit.c), the handover's seccomp call
+// carrying flags.
+func handoverAllowed(filter []byte, flags uint) bool {
+	return C.ar_handover_allowed(unsafe.Pointer(&filter[0]), C.size_t(len(filter)/8), C.unsigned(flags)) == 1
+}
