@@ -14,11 +14,15 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // Binaries under test, set by TestMain.
@@ -43,7 +47,42 @@ const (
 // tool dirs) holds.
 const sandboxPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-func TestMain(m *testing.M) { os.Exit(testMain(m)) }
+// underFilterEnv, when set, makes the test binary a launcher: it loads a
+// seccomp filter that allows everything, as a container runtime would,
+// and execs the agentrun binary the variable names with its own arguments
+// (TestUnderOuterFilter).
+const underFilterEnv = "AGENTRUN_IT_EXEC_UNDER_FILTER"
+
+func TestMain(m *testing.M) {
+	if bin := os.Getenv(underFilterEnv); bin != "" {
+		execUnderFilter(bin)
+	}
+	os.Exit(testMain(m))
+}
+
+func execUnderFilter(bin string) {
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, "integration: exec under a filter:", err)
+		os.Exit(125)
+	}
+	// The filter and no_new_privs belong to this thread, which execs.
+	runtime.LockOSThread()
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		fail(err)
+	}
+	allow := []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ALLOW}}
+	prog := unix.SockFprog{Len: 1, Filter: &allow[0]}
+	if _, _, e := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&prog))); e != 0 {
+		fail(e)
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, underFilterEnv+"=") {
+			env = append(env, kv)
+		}
+	}
+	fail(syscall.Exec(bin, append([]string{bin}, os.Args[1:]...), env))
+}
 
 func testMain(m *testing.M) int {
 	dir, err := os.MkdirTemp("", "agentrun-integration-bin-")

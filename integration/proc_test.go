@@ -437,13 +437,20 @@ func TestInitConfined(t *testing.T) {
 	ws := newWorkspace(t)
 	const script = `grep -E '^(Threads|NoNewPrivs|Seccomp):' /proc/1/status | tr -d ' \t' | tr '\n' ' '; echo; ` +
 		`tail -n +3 /proc/1/net/dev | cut -d: -f1 | tr -d ' ' | tr '\n' ' '; echo; ` +
+		`grep -E '^(Seccomp_filters|Speculation_Store_Bypass):' /proc/1/status | tr -d ' \t' | tr '\n' ' '; echo; ` +
+		`grep -E '^(Seccomp_filters|Speculation_Store_Bypass):' /proc/self/status | tr -d ' \t' | tr '\n' ' '; echo; ` +
 		`cat /proc/1/net/tcp`
 	for i := 0; i < 3; i++ {
 		r := sh(t, ws, nil, script)
 		mustExit(t, r, 0, "reading PID 1's state")
-		lines := strings.SplitN(r.stdout, "\n", 3)
-		if len(lines) != 3 {
+		lines := strings.SplitN(r.stdout, "\n", 5)
+		if len(lines) != 5 {
 			t.Fatalf("unexpected output\n%s", r)
+		}
+		// The command's filters and mitigations are inherited from PID 1
+		// at the fork: the same chain, unless PID 1 got a different one.
+		if lines[2] != lines[3] {
+			t.Errorf("spawn %d: PID 1 holds %q, the command %q", i+1, lines[2], lines[3])
 		}
 		for _, want := range []string{"NoNewPrivs:1", "Seccomp:2"} {
 			if !strings.Contains(lines[0], want) {
@@ -456,7 +463,7 @@ func TestInitConfined(t *testing.T) {
 		if ifs := strings.Fields(lines[1]); len(ifs) != 1 || ifs[0] != "lo" {
 			t.Errorf("SANDBOX ESCAPE: spawn %d: PID 1 sees the network interfaces %q, not the sandbox's lone lo", i+1, ifs)
 		}
-		if strings.Contains(lines[2], port) {
+		if strings.Contains(lines[4], port) {
 			t.Errorf("SANDBOX ESCAPE: spawn %d: PID 1 sees the host's listener on 127.0.0.1%s in /proc/1/net/tcp", i+1, port)
 		}
 	}
@@ -467,4 +474,32 @@ func TestInitConfined(t *testing.T) {
 			t.Errorf("with --net host /proc/1/net/tcp should list the test's listener (port%s)\n%s", port, r)
 		}
 	})
+}
+
+// TestUnderOuterFilter: agentrun started under a seccomp filter of its
+// caller's (as inside a container) still confines PID 1 and the command.
+// The C init then loads the released filter itself rather than handing it
+// over from its second thread: TSYNC would not apply the filter's
+// speculation mitigations to a thread that already runs under a filter.
+// The chain then holds the caller's filter and the released one, without
+// the hand-over's allow-all filter on top.
+func TestUnderOuterFilter(t *testing.T) {
+	t.Parallel()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := newWorkspace(t)
+	cfg := spawnCfg{ws: ws, bin: self, env: []string{underFilterEnv + "=" + agentrunBin}}
+	for i := 0; i < 2; i++ { // a first spawn, and a prestarted one
+		r := spawn(t, cfg, "/bin/sh", "-c", `grep -E '^(Seccomp|Seccomp_filters):' /proc/1/status | tr -d ' \t' | tr '\n' ' '; `+
+			`grep -E '^(Seccomp|Seccomp_filters):' /proc/self/status | tr -d ' \t' | tr '\n' ' '; unshare -U true 2>/dev/null; echo unshare=$?`)
+		mustExit(t, r, 0, "spawn under an outer filter")
+		if strings.Count(r.stdout, "Seccomp:2") != 2 || !strings.Contains(r.stdout, "unshare=1") {
+			t.Errorf("spawn %d: PID 1 and the command must run under the filter, and unshare -U must fail\n%s", i+1, r)
+		}
+		if b := os.Getenv("AGENTRUN_INIT"); (b == "" || b == "c") && strings.Count(r.stdout, "Seccomp_filters:2") != 2 {
+			t.Errorf("spawn %d: want the caller's filter and the released one on PID 1 and the command (2), no hand-over\n%s", i+1, r)
+		}
+	}
 }

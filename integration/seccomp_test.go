@@ -142,7 +142,8 @@ func TestSeccompProfiles(t *testing.T) {
 	// getpid, tgkill, sched_yield). A profile that denies them must still
 	// sandbox the command, with init loading the filter itself, and must
 	// not hang when denials are reported (the listener is still in init
-	// then). The command uses none of them.
+	// then). The command uses none of them in the harness's LANG=C (a
+	// UTF-8 locale has glibc take a lock with futex).
 	handover := filepath.Join(dir, "handover.json")
 	writeFile(t, handover, `{"defaultAction":"SCMP_ACT_ALLOW","architectures":["SCMP_ARCH_X86_64","SCMP_ARCH_AARCH64"],
 		"syscalls":[{"names":["futex","seccomp","tgkill","sched_yield","getpid"],"action":"SCMP_ACT_ERRNO","errnoRet":1},

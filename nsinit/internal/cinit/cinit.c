@@ -305,14 +305,17 @@ static void put_errno(struct out *o, int e)
 
 /*
  * rawsys makes a system call and returns its result, -errno on failure,
- * without touching errno. The loader thread (below) shares init's thread
- * pointer and with it libc's errno: a write of errno there could land
- * between a call of init's that failed and init's test of errno (mkdirat's
- * EEXIST in mkdir_all_in, say). Elsewhere syscall(2) sets errno, which a
- * thread of its own could not avoid either; there the loader's calls are
- * the ones documented below.
+ * without touching errno; raw_thread starts a thread without libc. Both
+ * serve the loader thread (below), which shares init's thread pointer and
+ * with it libc's errno: a write of errno there could land between a call
+ * of init's that failed and init's test of errno (mkdirat's EEXIST in
+ * mkdir_all_in, say). They exist for x86_64, the architecture this is
+ * built and tested on; elsewhere init runs the loader's steps itself
+ * (LOADER_THREAD 0) and rawsys is syscall(2). AR_NO_LOADER_THREAD builds
+ * that way on x86_64 too, to test it.
  */
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(AR_NO_LOADER_THREAD)
+#define LOADER_THREAD 1
 static long rawsys(long n, long a, long b, long c, long d, long e, long f)
 {
 	register long r10 __asm__("r10") = d;
@@ -325,20 +328,41 @@ static long rawsys(long n, long a, long b, long c, long d, long e, long f)
 			 : "rcx", "r11", "memory");
 	return ret;
 }
-#elif defined(__aarch64__)
-static long rawsys(long n, long a, long b, long c, long d, long e, long f)
+
+/* raw_thread starts fn(arg) in a thread of this process on the stack
+ * that ends at top (16-byte aligned), and ends that thread with
+ * exit(0) when fn returns. CLONE_PARENT_SETTID and CLONE_CHILD_CLEARTID
+ * both use *tid. Returns the thread's id or -errno. */
+static long raw_thread(void (*fn)(void *), void *arg, char *top, volatile pid_t *tid)
 {
-	register long x8 __asm__("x8") = n;
-	register long x0 __asm__("x0") = a;
-	register long x1 __asm__("x1") = b;
-	register long x2 __asm__("x2") = c;
-	register long x3 __asm__("x3") = d;
-	register long x4 __asm__("x4") = e;
-	register long x5 __asm__("x5") = f;
-	__asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5) : "memory", "cc");
-	return x0;
+	register long r10 __asm__("r10") = (long)tid; /* child_tid */
+	register long r8 __asm__("r8") = 0;           /* tls: none, so init's */
+	register long r12 __asm__("r12") = (long)fn;
+	register long r13 __asm__("r13") = (long)arg;
+	long flags = CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM |
+		     CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID;
+	long ret;
+	/* The new thread starts on top with the parent's registers: r12 and
+	 * r13 carry fn and arg across; it never returns into this frame. */
+	__asm__ volatile("syscall\n\t"
+			 "test %%rax, %%rax\n\t"
+			 "jnz 1f\n\t"
+			 "xor %%ebp, %%ebp\n\t"
+			 "mov %%r13, %%rdi\n\t"
+			 "call *%%r12\n\t"
+			 "mov %[exit], %%eax\n\t"
+			 "xor %%edi, %%edi\n\t"
+			 "syscall\n\t"
+			 "ud2\n"
+			 "1:"
+			 : "=a"(ret)
+			 : "a"((long)SYS_clone), "D"(flags), "S"(top), "d"(tid), "r"(r10), "r"(r8), "r"(r12), "r"(r13),
+			   [exit] "i"(SYS_exit)
+			 : "rcx", "r11", "memory");
+	return ret;
 }
 #else
+#define LOADER_THREAD 0
 static long rawsys(long n, long a, long b, long c, long d, long e, long f)
 {
 	long r = syscall(n, a, b, c, d, e, f);
@@ -1351,11 +1375,14 @@ static void drop_privileges(struct ctx *c)
  * init waits for its state. It shares init's memory, files, root and
  * thread pointer (and so libc's errno, which rawsys leaves alone). It ends
  * either by returning, or by taking the whole process down (die_parts,
- * _exit): init's waits for it cannot outlast it.
+ * _exit): init's waits for it cannot outlast it. Without LOADER_THREAD
+ * there is no thread: init runs the steps that receive the messages itself
+ * (await_loader), the clone keeps CLONE_NEWNET and init loads the filter.
  */
 struct loader {
 	struct ctx c; /* a copy: the sync socket and the plan */
 	struct release *rel;
+	int threaded;   /* a thread of its own (LOADER_THREAD), else init runs the steps */
 	int split_net;  /* create the network namespace here */
 	int unfiltered; /* init ran under no filter when it started */
 	int handover;   /* the filter is loaded here and handed over */
@@ -1369,13 +1396,15 @@ struct loader {
 /* One loader per init process; a static, like big_locals, and so is its
  * stack. */
 static struct loader loader;
+#if LOADER_THREAD
 enum { loader_stack_size = 64 * 1024 };
 static _Alignas(64) char loader_stack[loader_stack_size];
+#endif
 
 /* split_net says whether the loader creates the network namespace. */
 static int split_net(const struct ar_plan *p)
 {
-	if (!(p->clone_flags & CLONE_NEWNET))
+	if (!LOADER_THREAD || !(p->clone_flags & CLONE_NEWNET))
 		return 0;
 	for (int i = 0; i < p->nmounts; i++)
 		if (p->mounts[i].kind == AR_MOUNT_FS && strcmp(p->mounts[i].source, "sysfs") == 0)
@@ -1385,8 +1414,6 @@ static int split_net(const struct ar_plan *p)
 
 #if defined(__x86_64__)
 #define NATIVE_AUDIT_ARCH AUDIT_ARCH_X86_64
-#elif defined(__aarch64__)
-#define NATIVE_AUDIT_ARCH AUDIT_ARCH_AARCH64
 #endif
 
 /* A system call as a filter sees it, with the arguments that are known in
@@ -1469,6 +1496,7 @@ static int handover_allowed(const struct sock_filter *f, size_t n, unsigned hand
 		{SYS_futex, 1u << 1, {0, FUTEX_WAIT_PRIVATE}},
 		{SYS_seccomp, 3u, {SECCOMP_SET_MODE_FILTER, handover_flags}},
 		{SYS_exit, 1u, {0}},
+		{SYS_exit_group, 0, {0}}, /* die_parts, should the hand-over fail */
 		/* init, until the loader is gone */
 		{SYS_futex, 1u << 1, {0, FUTEX_WAIT}},
 		{SYS_getpid, 0x3f, {0}},
@@ -1521,10 +1549,21 @@ static void loader_wait(int state)
 	}
 }
 
-/* await_loader is init's side of loader_wait. */
+static void loader_verify(struct loader *l);
+static void loader_release(struct loader *l);
+
+/* await_loader is init's side of loader_wait; without a thread, init runs
+ * the steps up to state itself. */
 static void await_loader(int state)
 {
-	loader_wait(state);
+	if (loader.threaded) {
+		loader_wait(state);
+		return;
+	}
+	if (state >= LOADER_VERIFIED && loader.state < LOADER_VERIFIED)
+		loader_verify(&loader);
+	if (state >= LOADER_LOADED && loader.state < LOADER_LOADED)
+		loader_release(&loader);
 }
 
 static void load_filter(struct ctx *c, const struct release *rel, unsigned flags, long *listener)
@@ -1539,42 +1578,48 @@ static void load_filter(struct ctx *c, const struct release *rel, unsigned flags
 	*listener = flags & SECCOMP_FILTER_FLAG_NEW_LISTENER ? r : -1;
 }
 
-static int loader_main(void *arg)
+/* The loader's steps; the thread runs them in order, or init runs them
+ * itself (await_loader) when there is no thread. */
+static void loader_net(struct loader *l)
 {
-	struct loader *l = arg;
 	struct ctx *c = &l->c;
-	const struct ar_plan *p = c->p;
 	long r;
+	if ((r = RAW(SYS_unshare, CLONE_NEWNET)) < 0)
+		die_parts(c, (const char *[]){"network namespace", NULL}, (const char *[]){NULL}, (int)-r);
+	int nl = route_socket();
+	if (nl < 0)
+		die_parts(c, (const char *[]){"network namespace", NULL}, (const char *[]){"netlink socket", NULL}, -nl);
+	if (c->p->loopback && (r = loopback_up(nl)) < 0)
+		die_parts(c, (const char *[]){"loopback up", NULL}, (const char *[]){NULL}, (int)-r);
+	/* The namespace's fd from the socket made in it: no path to resolve,
+	 * and no /proc that must show this thread. */
+	if ((r = RAW(SYS_ioctl, nl, SIOCGSKNS)) < 0)
+		die_parts(c, (const char *[]){"network namespace", NULL}, (const char *[]){"open", NULL}, (int)-r);
+	l->netfd = (int)r;
+	(void)RAW(SYS_close, nl);
+}
 
-	if (l->split_net) {
-		if ((r = RAW(SYS_unshare, CLONE_NEWNET)) < 0)
-			die_parts(c, (const char *[]){"network namespace", NULL}, (const char *[]){NULL}, (int)-r);
-		int nl = route_socket();
-		if (nl < 0)
-			die_parts(c, (const char *[]){"network namespace", NULL}, (const char *[]){"netlink socket", NULL}, -nl);
-		if (p->loopback && (r = loopback_up(nl)) < 0)
-			die_parts(c, (const char *[]){"loopback up", NULL}, (const char *[]){NULL}, (int)-r);
-		/* The namespace's fd from the socket made in it: no path to
-		 * resolve, and no /proc that must show this thread. */
-		if ((r = RAW(SYS_ioctl, nl, SIOCGSKNS)) < 0)
-			die_parts(c, (const char *[]){"network namespace", NULL}, (const char *[]){"open", NULL}, (int)-r);
-		l->netfd = (int)r;
-		(void)RAW(SYS_close, nl);
-	}
-
-	if (p->await_verify) {
+static void loader_verify(struct loader *l)
+{
+	if (l->c.p->await_verify) {
 		char v;
-		r = RAW(SYS_recvfrom, c->sync, &v, 1, MSG_TRUNC, NULL, NULL);
+		long r = RAW(SYS_recvfrom, l->c.sync, &v, 1, MSG_TRUNC, NULL, NULL);
 		if (r != 1 || v != 'v')
 			_exit(EXIT_SETUP_FAILED);
 	}
 	loader_set(LOADER_VERIFIED);
+}
 
+static void loader_release(struct loader *l)
+{
+	struct ctx *c = &l->c;
+	const struct ar_plan *p = c->p;
 	struct release *rel = l->rel;
+	long r;
 	await_release(c, rel);
 	join_release_cgroups(c, rel, 0);
 	unsigned handover_flags = SECCOMP_FILTER_FLAG_TSYNC | (rel->u.flags & SECCOMP_FILTER_FLAG_SPEC_ALLOW);
-	l->handover = rel->len > 4 && l->unfiltered &&
+	l->handover = l->threaded && rel->len > 4 && l->unfiltered &&
 		      handover_allowed((const struct sock_filter *)(rel->u.b + 4), (rel->len - 4) / sizeof(struct sock_filter),
 				       handover_flags);
 	if (l->handover) {
@@ -1591,22 +1636,33 @@ static int loader_main(void *arg)
 			    &l->listener);
 	}
 	loader_set(LOADER_LOADED);
+}
 
+#if LOADER_THREAD
+static void loader_main(void *arg)
+{
+	struct loader *l = arg;
+	if (l->split_net)
+		loader_net(l);
+	loader_verify(l);
+	loader_release(l);
 	loader_wait(LOADER_GO);
 	if (l->handover) {
 		static const struct sock_filter allow = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
 		struct sock_fprog prog = {.len = 1, .filter = (struct sock_filter *)&allow};
+		unsigned flags = SECCOMP_FILTER_FLAG_TSYNC | (l->rel->u.flags & SECCOMP_FILTER_FLAG_SPEC_ALLOW);
 		/* TSYNC's failure is the id of a thread it could not
 		 * synchronise: init, which would then run unfiltered. */
-		r = RAW(SYS_seccomp, SECCOMP_SET_MODE_FILTER, handover_flags, &prog);
+		long r = RAW(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog);
 		if (r != 0)
-			die_parts(c, (const char *[]){"seccomp", NULL}, (const char *[]){"hand the filter over", NULL},
+			die_parts(&l->c, (const char *[]){"seccomp", NULL}, (const char *[]){"hand the filter over", NULL},
 				  r < 0 ? (int)-r : EBUSY);
 	}
-	/* No wake: init waits for this thread's exit (finish_loader). */
+	/* No wake: init waits for this thread's exit (finish_loader). The
+	 * thread ends with exit(0) (raw_thread). */
 	__atomic_store_n(&l->state, LOADER_DONE, __ATOMIC_RELEASE);
-	return 0;
 }
+#endif
 
 /* start_loader starts the loader, on another CPU than init's if the
  * affinity mask allows one. The scheduler would otherwise queue the new
@@ -1617,14 +1673,11 @@ static void start_loader(struct ctx *c, struct release *rel)
 	loader = (struct loader){.c = *c, .rel = rel, .split_net = split_net(c->p), .netfd = -1, .listener = -1};
 	loader.c.what = loader.c.what_arg = NULL;
 	loader.unfiltered = RAW(SYS_prctl, PR_GET_SECCOMP, 0, 0, 0, 0) == 0;
-	/* The clone wrapper runs loader_main on the new stack and ends the
-	 * thread (not the process) with SYS_exit when it returns. */
-	long t = clone(loader_main, loader_stack + loader_stack_size,
-		       CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM |
-			       CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID,
-		       &loader, &loader.tid, NULL, &loader.tid);
+#if LOADER_THREAD
+	long t = raw_thread(loader_main, &loader, loader_stack + loader_stack_size, &loader.tid);
 	if (t < 0)
-		die(c, "start loader thread");
+		die_parts(c, (const char *[]){"start loader thread", NULL}, (const char *[]){NULL}, (int)-t);
+	loader.threaded = 1;
 	loader.id = (pid_t)t;
 	cpu_set_t set;
 	unsigned cpu;
@@ -1633,15 +1686,15 @@ static void start_loader(struct ctx *c, struct release *rel)
 		CPU_CLR(cpu, &set);
 		(void)RAW(SYS_sched_setaffinity, t, sizeof set, &set); /* only speed is at stake */
 	}
+#endif
 }
 
-/* finish_loader runs once init has done everything the filter may forbid.
- * The loader hands the filter over, or init loads it itself once the
- * loader has gone. Either way the loader is gone first, so PID 1 is a
- * single thread again before the command starts, and the thread no longer
- * counts against the cgroup's pids.max (with a limit of 2 a remnant
- * refused the command's fork now and then). */
-static void finish_loader(struct ctx *c, const struct release *rel)
+/* end_loader_thread hands the filter over (or lets the thread go without
+ * one) and waits until the thread is gone: PID 1 is a single thread again
+ * before the command starts, and the thread no longer counts against the
+ * cgroup's pids.max (with a limit of 2 a remnant refused the command's
+ * fork now and then). */
+static void end_loader_thread(struct ctx *c)
 {
 	loader_set(LOADER_GO);
 	/* The kernel clears the tid and wakes (a shared futex) early in the
@@ -1659,7 +1712,14 @@ static void finish_loader(struct ctx *c, const struct release *rel)
 		(void)RAW0(SYS_sched_yield);
 	if (__atomic_load_n(&loader.state, __ATOMIC_ACQUIRE) != LOADER_DONE)
 		die_parts(c, (const char *[]){"loader thread", NULL}, (const char *[]){"ended early", NULL}, 0);
+}
 
+/* finish_loader runs once init has done everything the filter may forbid:
+ * the filter is handed over by the loader, or loaded by init itself. */
+static void finish_loader(struct ctx *c, const struct release *rel)
+{
+	if (loader.threaded)
+		end_loader_thread(c);
 	long listener = loader.listener;
 	if (!loader.handover && rel->len > 4) {
 		unsigned flags = rel->u.flags;
