@@ -1025,15 +1025,22 @@ static void setup_root(struct ctx *c)
 	if (fchdir(rootfd) < 0)
 		die_mount(c, "chdir", "/");
 	close(rootfd);
-	/* pivot_root(".", ".") stacks the old root on top of the new one; the
-	 * detach below drops it, so no path to the host tree remains. */
+	/* pivot_root(".", ".") stacks the old root on top of the new one;
+	 * finish_root detaches it, so no path to the host tree remains. */
 	if (syscall(SYS_pivot_root, ".", ".") < 0)
 		die_mount(c, "pivot_root", "/");
+}
+
+/* finish_root detaches the old root that pivot_root stacked on the new
+ * one, then enters the new root and makes it read-only. Nothing may
+ * resolve a path between setup_root and this. */
+static void finish_root(struct ctx *c)
+{
 	if (syscall(SYS_umount2, ".", MNT_DETACH) < 0)
 		die_mount(c, "detach old root", "/");
 	if (chdir("/") < 0)
 		die_mount(c, "chdir", "/");
-	if (p->root_readonly) {
+	if (c->p->root_readonly) {
 		struct mount_attr a = {.attr_set = MOUNT_ATTR_RDONLY};
 		if (syscall(SYS_mount_setattr, AT_FDCWD, "/", 0, &a, sizeof a) < 0)
 			die_mount(c, "remount read-only", "/");
@@ -2094,10 +2101,6 @@ static _Noreturn void child(const struct ar_plan *p, int heap_left_behind)
 		if (r < 0)
 			die_parts(&c, (const char *[]){"loopback up", NULL}, (const char *[]){NULL}, -r);
 	}
-	if (chdir(p->cwd) < 0) {
-		int e = errno;
-		die_parts(&c, (const char *[]){"chdir ", p->cwd, NULL}, (const char *[]){NULL}, e);
-	}
 	/* Undo Go's raise of the soft open-files limit, exactly when Go's own
 	 * exec would: the limit is still what the runtime set. The plan's
 	 * limits below take precedence. */
@@ -2133,6 +2136,14 @@ static _Noreturn void child(const struct ar_plan *p, int heap_left_behind)
 	 * compiled the filter, and the loader made the network namespace and
 	 * loaded the filter; nothing of the command runs before all of it. */
 	await_loader(LOADER_LOADED);
+	/* Detaching the old root waits for an expedited RCU grace period,
+	 * which a CPU busy in the kernel (the loader making the network
+	 * namespace) holds up; by now the loader is idle. */
+	finish_root(&c);
+	if (chdir(p->cwd) < 0) {
+		int e = errno;
+		die_parts(&c, (const char *[]){"chdir ", p->cwd, NULL}, (const char *[]){NULL}, e);
+	}
 	if (loader.split_net) {
 		if (syscall(SYS_setns, loader.netfd, CLONE_NEWNET) < 0)
 			die_parts(&c, (const char *[]){"network namespace", NULL}, (const char *[]){"join", NULL}, errno);
