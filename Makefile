@@ -61,10 +61,12 @@ integration: build
 # The C init without its loader thread, as it is built for architectures
 # other than x86_64 (LOADER_THREAD 0 in nsinit/internal/cinit/cinit.c):
 # the C backend's suite as the caller, on this x86_64 host.
+# Named agentrun like the others: tests tell the CLI's processes by name.
 integration-noloader:
-	$(MAKE) --no-print-directory build BIN=bin/agentrun-noloader CINIT_CFLAGS=-DAR_NO_LOADER_THREAD
+	@mkdir -p bin/noloader
+	$(MAKE) --no-print-directory build BIN=bin/noloader/agentrun CINIT_CFLAGS=-DAR_NO_LOADER_THREAD
 	@echo "== integration, backend c without the loader thread, as $$(id -un)"
-	AGENTRUN_INIT=c AGENTRUN_BIN=$(CURDIR)/bin/agentrun-noloader $(GO) test -count=1 ./integration/
+	AGENTRUN_INIT=c AGENTRUN_BIN=$(CURDIR)/bin/noloader/agentrun $(GO) test -count=1 ./integration/
 
 # Runs the integration suite as the unprivileged $(TEST_USER) (root only).
 integration-rootless: build
