@@ -319,7 +319,15 @@ func TestLimits(t *testing.T) {
 			t.Skipf("the %s init's PID 1 runs several threads, which count against pids.max, so a limit of 2 cannot fit its command", b)
 		}
 		ws := newWorkspace(t)
-		for i := 0; i < 150; i++ {
+		n := 150
+		if os.Getenv("VMTEST_MODE") == "user-systemd" {
+			// There every spawn asks the systemd user manager for a
+			// transient scope, and about 60 back to back made its
+			// ControlGroup call time out (10 s). The race is the
+			// init's, the same in every mode; the other runs cover it.
+			n = 20
+		}
+		for i := 0; i < n; i++ {
 			r := spawn(t, spawnCfg{ws: ws, flags: []string{"--pids", "2"}}, "/bin/sh", "-c", "exit 4")
 			if i == 0 && !cgroup(t, r) {
 				return
