@@ -13,14 +13,7 @@ import (
 // so the express path checks all of them.
 func TestHostRecorder(t *testing.T) {
 	p := &Policy{Command: []string{"/bin/true"}, Workspace: t.TempDir()}
-	plain, err := NewHostInfo(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := Compile(p, plain)
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := mustCompile(t, p)
 	rec := &hostRecorder{}
 	h, err := recordedHostInfo(p, rec)
 	if err != nil {

@@ -1393,6 +1393,7 @@ struct loader {
 	int split_net;  /* create the network namespace here */
 	int unfiltered; /* init ran under no filter when it started */
 	int handover;   /* the filter is loaded here and handed over */
+	unsigned handover_flags; /* of the hand-over's allow-all filter */
 	int netfd;      /* the new network namespace; -1: none */
 	long listener;  /* the handed-over filter's listener; -1: none */
 	volatile int state; /* LOADER_*, a futex word */
@@ -1625,10 +1626,10 @@ static void loader_release(struct loader *l)
 	long r;
 	await_release(c, rel);
 	join_release_cgroups(c, rel, 0);
-	unsigned handover_flags = SECCOMP_FILTER_FLAG_TSYNC | (rel->u.flags & SECCOMP_FILTER_FLAG_SPEC_ALLOW);
+	l->handover_flags = SECCOMP_FILTER_FLAG_TSYNC | (rel->u.flags & SECCOMP_FILTER_FLAG_SPEC_ALLOW);
 	l->handover = l->threaded && rel->len > 4 && l->unfiltered &&
 		      handover_allowed((const struct sock_filter *)(rel->u.b + 4), (rel->len - 4) / sizeof(struct sock_filter),
-				       handover_flags);
+				       l->handover_flags);
 	if (l->handover) {
 		struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
 		struct __user_cap_data_struct d[2];
@@ -1657,15 +1658,15 @@ static void loader_main(void *arg)
 	if (l->handover) {
 		static const struct sock_filter allow = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
 		struct sock_fprog prog = {.len = 1, .filter = (struct sock_filter *)&allow};
-		unsigned flags = SECCOMP_FILTER_FLAG_TSYNC | (l->rel->u.flags & SECCOMP_FILTER_FLAG_SPEC_ALLOW);
 		/* TSYNC's failure is the id of a thread it could not
-		 * synchronise: init, which would then run unfiltered. */
-		long r = RAW(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog);
+		 * synchronise: init, which would then run unfiltered. The
+		 * flags are the ones handover_allowed checked. */
+		long r = RAW(SYS_seccomp, SECCOMP_SET_MODE_FILTER, l->handover_flags, &prog);
 		if (r != 0)
 			die_parts(&l->c, (const char *[]){"seccomp", NULL}, (const char *[]){"hand the filter over", NULL},
 				  r < 0 ? (int)-r : EBUSY);
 	}
-	/* No wake: init waits for this thread's exit (finish_loader). The
+	/* No wake: init waits for this thread's exit (end_loader_thread). The
 	 * thread ends with exit(0) (raw_thread). */
 	__atomic_store_n(&l->state, LOADER_DONE, __ATOMIC_RELEASE);
 }
