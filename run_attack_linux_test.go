@@ -69,10 +69,7 @@ func mustCompile(t *testing.T, p *Policy) *specs.Spec {
 func mustRunSpec(t *testing.T, spec *specs.Spec, opt Options) *Result {
 	t.Helper()
 	res, err := RunSpec(context.Background(), spec, 0, opt, time.Now())
-	var se *SetupError
-	if errors.As(err, &se) && (se.Step == "user namespace" || se.Step == "clone") {
-		t.Skipf("no sandbox here: %v", err)
-	}
+	skipWithoutSandbox(t, err)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,10 +160,7 @@ func TestStartAfter(t *testing.T) {
 			case <-time.After(30 * time.Second):
 				t.Fatal("hang guard: Run did not return after StartAfter closed")
 			}
-			var se *SetupError
-			if errors.As(r.err, &se) && (se.Step == "user namespace" || se.Step == "clone") {
-				t.Skipf("no sandbox here: %v", r.err)
-			}
+			skipWithoutSandbox(t, r.err)
 			if r.err != nil || r.res.ExitCode != 0 {
 				t.Fatalf("after the gate: %+v %v", r.res, r.err)
 			}
@@ -251,10 +245,7 @@ func TestSkipViolations(t *testing.T) {
 					opts.OnViolation = func(v Violation) { seen = append(seen, v) }
 				}
 				res, err := Run(context.Background(), p, opts)
-				var se *SetupError
-				if errors.As(err, &se) && (se.Step == "user namespace" || se.Step == "clone") {
-					t.Skipf("no sandbox here: %v", err)
-				}
+				skipWithoutSandbox(t, err)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -301,7 +292,7 @@ func TestRunSpecSysfsShowsSandboxNetwork(t *testing.T) {
 			res, err := RunSpec(context.Background(), spec, 0, Options{SeccompCache: cache}, time.Now())
 			var se *SetupError
 			switch {
-			case errors.As(err, &se) && (se.Step == "user namespace" || se.Step == "clone"):
+			case noSandbox(err):
 				t.Skipf("no sandbox here: %v", err)
 			case b == nsinit.BackendGo && errors.As(err, &se) && se.Step == "mount /sys":
 				t.Skipf("this host does not let a sandbox mount sysfs (%v), so neither init can show it", err)

@@ -4,7 +4,6 @@ package agentrun
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -36,8 +35,7 @@ func BenchmarkRun(b *testing.B) {
 			// One untimed run: it fills the cache and tells whether this
 			// host can build a sandbox at all.
 			if err := runTrue(p, opts); err != nil {
-				var se *SetupError
-				if errors.As(err, &se) && (se.Step == "user namespace" || se.Step == "clone") {
+				if noSandbox(err) {
 					b.Skipf("no sandbox here (needs user namespaces or root): %v", err)
 				}
 				b.Fatal(err)

@@ -65,10 +65,16 @@ func expectGoHandler(t *testing.T, sig syscall.Signal) {
 // skipWithoutSandbox skips when the host cannot build a sandbox at all.
 func skipWithoutSandbox(t *testing.T, err error) {
 	t.Helper()
-	var se *SetupError
-	if errors.As(err, &se) && (se.Step == "user namespace" || se.Step == "clone") {
+	if noSandbox(err) {
 		t.Skipf("no sandbox here: %v", err)
 	}
+}
+
+// noSandbox: err says the host gives no sandbox at all (no user
+// namespace, no clone).
+func noSandbox(err error) bool {
+	var se *SetupError
+	return errors.As(err, &se) && (se.Step == "user namespace" || se.Step == "clone")
 }
 
 // waitReady polls for the command's ready file; a Run that ends first
