@@ -57,6 +57,12 @@ func (r *hostRecorder) lines() []string {
 				size = st.Size
 			}
 			rest = fmt.Sprintf("%d\t%d\t%d\t%d\t%d\t%d", st.Mode, st.Uid, st.Gid, size, st.Dev, st.Ino)
+			if st.Mode&syscall.S_IFMT == syscall.S_IFREG {
+				// A regular file's change time too: a root template holds
+				// copies of its content (mounts/template_linux.go), and
+				// any write moves it, which nobody can set back.
+				rest += fmt.Sprintf("\t%d", st.Ctim.Nano())
+			}
 		}
 		out = append(out, h.kind+"\t"+h.path+"\t"+rest)
 	}

@@ -3,6 +3,7 @@
 package agentrun
 
 import (
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -32,8 +33,13 @@ func TestHostRecorder(t *testing.T) {
 	seen := map[string]bool{}
 	for _, l := range rec.lines() {
 		f := strings.Split(l, "\t")
-		if len(f) < 3 || (f[0] == "L" && len(f) != 3 && len(f) != 8) {
+		if len(f) < 3 || (f[0] == "L" && len(f) != 3 && len(f) != 8 && len(f) != 9) {
 			t.Fatalf("malformed fingerprint %q", l)
+		}
+		// Regular files carry their change time (a root template holds
+		// copies of them); nothing else does.
+		if fi, err := os.Lstat(f[1]); f[0] == "L" && err == nil && (len(f) == 9) != fi.Mode().IsRegular() {
+			t.Errorf("fingerprint %q: %d fields for a %v", l, len(f), fi.Mode().Type())
 		}
 		seen[f[1]] = true
 	}

@@ -79,6 +79,11 @@ type Options struct {
 	// timeout, StartAfter, Signals, OnViolation or warnings; the rest
 	// are left to Go silently.
 	Express bool
+	// NoRootTemplate builds the root in a fresh tmpfs on every spawn
+	// instead of binding a root template, the fixed part of the root kept
+	// in the state directory (mounts/template_linux.go). The environment
+	// variable AGENTRUN_TEMPLATE=0 does the same.
+	NoRootTemplate bool
 }
 
 // Violation is a policy violation observed during a run.

@@ -6,9 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -16,6 +19,7 @@ import (
 
 	"github.com/agentrun/agentrun/cgroups"
 	"github.com/agentrun/agentrun/internal/statedir"
+	"github.com/agentrun/agentrun/mounts"
 	"github.com/agentrun/agentrun/nsinit"
 	"github.com/agentrun/agentrun/probe"
 	"github.com/agentrun/agentrun/seccomp"
@@ -161,6 +165,84 @@ func sandboxCgroup(spec *specs.Spec, limitsOnly bool) (*cgroups.Cgroup, error) {
 	return cg, err
 }
 
+// rootTemplate returns spec with its root bound from a root template
+// (mounts/template_linux.go), and the template, held, or spec and nil when
+// it gets none. A template only saves work: without one the root is built
+// in a fresh tmpfs, as strong, so the reasons not to use one are not
+// errors.
+func rootTemplate(spec *specs.Spec, opts Options, rec *hostRecorder) (*specs.Spec, *mounts.Template) {
+	if v := os.Getenv("AGENTRUN_TEMPLATE"); opts.NoRootTemplate || v == "0" || v == "off" ||
+		spec.Root != nil || spec.Annotations[AnnotationRootfs] != "tmpfs" {
+		return spec, nil
+	}
+	euid := os.Geteuid()
+	root := statedir.Root(euid)
+	// Not in the fallback state directory in $TMPDIR: cleaners age files
+	// out there, the empty mount points first, and the template would
+	// break under sandboxes. /run and $XDG_RUNTIME_DIR have none.
+	if euid != 0 && root != filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "agentrun") {
+		return spec, nil
+	}
+	// The init opens the template by its path. A rootless init is the
+	// caller, and the state directory its own; a root-mode init is an id
+	// of the sandbox's range, which may pass through but not list a
+	// directory of root's. The locks stay private in either case.
+	dir, mode, locks := filepath.Join(root, "templates"), os.FileMode(0o700), filepath.Join(root, "template-locks")
+	if euid == 0 {
+		dir, mode = root+"-templates", 0o711
+	}
+	for _, m := range spec.Mounts {
+		// A sandbox that can write to the template would write to every
+		// other sandbox's root.
+		if m.Type == "bind" && !slices.Contains(m.Options, "ro") && (within(dir, m.Source) || within(m.Source, dir)) {
+			return spec, nil
+		}
+	}
+	skel, err := mounts.SkeletonOf(spec, time.Now())
+	if err != nil {
+		slog.Debug("agentrun: no root template", "reason", err)
+		return spec, nil
+	}
+	if err := templateDirs(euid, dir, mode, locks); err != nil {
+		slog.Debug("agentrun: no root template", "reason", err)
+		return spec, nil
+	}
+	t, err := mounts.AcquireTemplate(dir, locks, skel)
+	if err != nil {
+		slog.Debug("agentrun: no root template", "reason", err)
+		return spec, nil
+	}
+	if rec != nil {
+		// The express path opens the template by its path: a template
+		// swept and built again there is another directory.
+		if _, err := rec.lstat(t.Dir); err != nil {
+			rec.unsupported = true
+		}
+	}
+	return skel.Spec(spec, t), t
+}
+
+// templateDirs makes the directories of the templates and their locks.
+// Their paths must hold no symlink: the init and the starter open them
+// without following any.
+func templateDirs(euid int, dir string, mode os.FileMode, locks string) error {
+	for _, d := range []string{dir, locks} {
+		if err := statedir.Ensure(d, euid); err != nil {
+			return err
+		}
+		if real, err := filepath.EvalSymlinks(d); err != nil || real != d {
+			return fmt.Errorf("the path %s holds a symlink", d)
+		}
+	}
+	return os.Chmod(dir, mode)
+}
+
+// within: p is root or lies below it.
+func within(p, root string) bool {
+	rel, err := filepath.Rel(root, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
 // memoryLimited: the spec sets a memory limit, whose OOM kills Stats tells.
 func memoryLimited(spec *specs.Spec) bool {
 	if spec.Linux == nil || spec.Linux.Resources == nil || spec.Linux.Resources.Memory == nil {
@@ -224,6 +306,12 @@ func runSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 		}
 	}()
 
+	// A copy of spec: the cgroup's goroutine reads spec meanwhile.
+	initSpec, tmpl := rootTemplate(spec, opts, rec)
+	if tmpl != nil {
+		// Held until the sandbox is gone; the init holds its own copy.
+		defer tmpl.Close()
+	}
 	if opts.SeccompCache == nil {
 		opts.SeccompCache = &seccomp.DiskCache{Dir: filepath.Join(statedir.Root(os.Geteuid()), "seccomp")}
 	}
@@ -235,7 +323,7 @@ func runSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 		}
 	}
 	cfg := &nsinit.Config{
-		Spec: spec, Stdin: opts.Stdin, Stdout: opts.Stdout, Stderr: opts.Stderr,
+		Spec: initSpec, Stdin: opts.Stdin, Stdout: opts.Stdout, Stderr: opts.Stderr,
 		Warn: warn, UsernsBlocker: probe.UsernsBlockerFor,
 		SeccompCache: opts.SeccompCache, Forwarder: fw,
 		// Every start path asks for the placement before it lets the

@@ -369,6 +369,9 @@ func TestExpressStaleHostInputs(t *testing.T) {
 		}
 		target := copiedEtcFile(t)
 		dir, file, secret := hostSecret(t)
+		// Settled, so that the first spawns copy it into a root template
+		// (mounts/template_linux.go), which must not outlive the change.
+		time.Sleep(2100 * time.Millisecond)
 		ws := newWorkspace(t)
 		trace := filepath.Join(dir, "trace")
 		// In a private mount namespace: the host's file replaced by ours,

@@ -36,7 +36,13 @@ func Setup(spec *specs.Spec, prepared Prepared) error {
 	if err != nil {
 		return err
 	}
-	if err := unix.Mount("tmpfs", stagingDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m,nr_inodes=4096"); err != nil {
+	ti, templated := RootTemplate(spec)
+	if templated {
+		// The root template (template_linux.go) instead of a fresh tmpfs.
+		if err := attachAt(trees.mounts[ti], stagingDir); err != nil {
+			return &Error{Op: "root template", Dest: "/", Err: err}
+		}
+	} else if err := unix.Mount("tmpfs", stagingDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m,nr_inodes=4096"); err != nil {
 		return &Error{Op: "mount tmpfs root", Dest: "/", Err: err}
 	}
 	rootfd, err := unix.Open(stagingDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -47,6 +53,9 @@ func Setup(spec *specs.Spec, prepared Prepared) error {
 
 	for i := range spec.Mounts {
 		m := &spec.Mounts[i]
+		if templated && i == ti {
+			continue
+		}
 		var err error
 		switch m.Type {
 		case "bind":
@@ -104,6 +113,14 @@ func cloneSources(spec *specs.Spec, prepared Prepared) (*sourceTrees, error) {
 	}
 	for i := range spec.Mounts {
 		m := &spec.Mounts[i]
+		if ti, ok := RootTemplate(spec); ok && i == ti {
+			fd, err := cloneTemplate(m, prepared, i)
+			if err != nil {
+				return t, &Error{Op: "root template", Dest: "/", Err: err}
+			}
+			t.mounts[i] = fd
+			continue
+		}
 		if m.Type == TypeCopy {
 			fd, err := openCopySource(m.Source)
 			if err != nil {
@@ -147,6 +164,45 @@ func cloneSources(spec *specs.Spec, prepared Prepared) (*sourceTrees, error) {
 		t.null = fd
 	}
 	return t, nil
+}
+
+// cloneTemplate clones the root template (template_linux.go), opened by
+// its path: only a mount of this namespace clones. The parent passed the
+// template's lock file, locked; that fd stays open, close-on-exec, for the
+// init's life and keeps sweeps away from the template.
+func cloneTemplate(m *specs.Mount, prepared Prepared, i int) (int, error) {
+	fd, ok := prepared[i]
+	var st unix.Stat_t
+	if !ok || unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return -1, errors.New("no template lock from the parent")
+	}
+	unix.CloseOnExec(fd)
+	src, err := unix.Openat2(unix.AT_FDCWD, m.Source, &unix.OpenHow{
+		Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS,
+	})
+	if err != nil {
+		return -1, fmt.Errorf("open %s: %w", m.Source, err)
+	}
+	defer unix.Close(src)
+	tree, err := unix.OpenTree(src, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	if err != nil {
+		return -1, fmt.Errorf("clone: %w", err)
+	}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: attrsFor(m.Options) | unix.MOUNT_ATTR_RDONLY}); err != nil {
+		unix.Close(tree)
+		return -1, fmt.Errorf("set attributes: %w", err)
+	}
+	return tree, nil
+}
+
+// attachAt attaches a detached tree at the path p.
+func attachAt(tree int, p string) error {
+	target, err := unix.Open(p, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(target)
+	return attach(tree, target)
 }
 
 // Error is a failed mount step; Dest is the path inside the sandbox.

@@ -318,7 +318,7 @@ func buildPlan(spec *specs.Spec, prep *preparedMounts, stdio [3]int, sock int) (
 		m := &spec.Mounts[i]
 		cm := cinit.Mount{Type: m.Type, Dest: path.Clean("/" + m.Destination), Source: m.Source, FD: -1}
 		switch {
-		case m.Type == "bind":
+		case m.Type == "bind" || m.Type == mounts.TypeRootTemplate:
 			cm.Kind = cinit.Bind
 			cm.Recursive = mounts.Recursive(m.Options)
 			cm.Attr = mounts.Attrs(m.Options)

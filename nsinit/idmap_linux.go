@@ -62,8 +62,23 @@ func prepareMountsWith(spec *specs.Spec, idmapUserns func(uids, gids []specs.Lin
 			unix.Close(fd)
 		}
 	}()
-	for _, i := range idmapped(spec) {
+	for _, i := range parentPrepared(spec) {
 		m := &spec.Mounts[i]
+		if ti, ok := mounts.RootTemplate(spec); ok && i == ti {
+			// The root template's lock, shared: held as long as anyone
+			// has the fd, the init included, it keeps sweeps away.
+			f, err := mounts.OpenTemplateLock(mounts.TemplateLock(m))
+			if err != nil {
+				p.close()
+				return nil, &StepError{Step: "root template", Msg: err.Error()}
+			}
+			if p.childFDs == nil {
+				p.childFDs = map[int]int{}
+			}
+			p.files = append(p.files, f)
+			p.childFDs[i] = syncFD + len(p.files)
+			continue
+		}
 		key := fmt.Sprint(m.UIDMappings, m.GIDMappings)
 		nsfd, ok := usernsByKey[key]
 		if !ok {
@@ -88,13 +103,16 @@ func prepareMountsWith(spec *specs.Spec, idmapUserns func(uids, gids []specs.Lin
 	return p, nil
 }
 
-// idmapped lists the indexes of the Spec's mounts that the parent
-// prepares as idmapped trees. Their fds follow the sync socket in the
-// child in this order: syncFD+1, syncFD+2, ...
-func idmapped(spec *specs.Spec) []int {
+// parentPrepared lists the indexes of the Spec's mounts that the parent
+// prepares: the root template's lock and the idmapped trees.
+// Their fds follow the sync socket in the child in this order: syncFD+1,
+// syncFD+2, ...
+func parentPrepared(spec *specs.Spec) []int {
 	var out []int
 	for i := range spec.Mounts {
 		if m := &spec.Mounts[i]; len(m.UIDMappings) > 0 || len(m.GIDMappings) > 0 {
+			out = append(out, i)
+		} else if ti, ok := mounts.RootTemplate(spec); ok && i == ti {
 			out = append(out, i)
 		}
 	}

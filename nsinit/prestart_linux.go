@@ -79,8 +79,13 @@ func prestartImage(cfg *Config, spec *specs.Spec, pre cinit.Prestart) ([]byte, e
 	// The trees prepareMountsWith would make, numbered as it numbers them.
 	prep := &preparedMounts{childFDs: map[int]int{}}
 	var preps []cinit.Prep
-	for k, i := range idmapped(spec) {
+	for k, i := range parentPrepared(spec) {
 		m := &spec.Mounts[i]
+		if ti, ok := mounts.RootTemplate(spec); ok && i == ti {
+			preps = append(preps, cinit.Prep{Source: mounts.TemplateLock(m), FDIndex: syncFD + 1 + k, Template: true})
+			prep.childFDs[i] = syncFD + 1 + k
+			continue
+		}
 		if len(m.UIDMappings) == 0 || len(m.GIDMappings) == 0 {
 			return nil, errors.New("nsinit: prestart needs both maps of an idmapped mount")
 		}

@@ -882,8 +882,37 @@ static int readonly_path(struct ctx *c, int rootfd, const char *p)
 	return r;
 }
 
-/* setup_root assembles the root on a fresh tmpfs and pivots into it, in
- * the order of mounts.Setup. */
+/* is_root: m binds the root template as the root (mounts.RootTemplate). */
+static int is_root(const struct ar_mount *m)
+{
+	return m->kind == AR_MOUNT_BIND && strcmp(m->type, "agentrun-root-template") == 0;
+}
+
+/* clone_template clones the root template (mounts.cloneTemplate), opened
+ * by its path: only a mount of this namespace clones. The parent passed
+ * the template's lock file, locked; that fd stays open, close on exec, for
+ * the init's life and keeps sweeps away. */
+static int clone_template(struct ctx *c, const struct ar_mount *m)
+{
+	struct stat st;
+	if (m->fd < 0 || fstat(m->fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		errno = EBADF;
+		return detail(c, "no template lock from the parent", NULL);
+	}
+	int src = open_in(AT_FDCWD, m->source, O_PATH | O_DIRECTORY, RESOLVE_NO_SYMLINKS);
+	if (src < 0)
+		return detail(c, "open ", m->source);
+	int tree = (int)syscall(SYS_open_tree, src, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+	close_keep_errno(src);
+	if (tree < 0)
+		return detail(c, "clone", NULL);
+	if (set_attr(tree, 0, m->attr | MOUNT_ATTR_RDONLY) < 0) {
+		close_keep_errno(tree);
+		return detail(c, "set attributes", NULL);
+	}
+	return tree;
+}
+
 /* under_bind reports whether dest is, or lies inside, the destination of
  * one of the first n mounts that attach host trees: making its mount point
  * would write to a host filesystem. */
@@ -891,7 +920,9 @@ static int under_bind(const struct ar_plan *p, int n, const char *dest)
 {
 	for (int i = 0; i < n; i++) {
 		const struct ar_mount *m = &p->mounts[i];
-		if (m->kind != AR_MOUNT_BIND)
+		/* The root template is read-only and has every mount point
+		 * already: nothing can be created in it. */
+		if (m->kind != AR_MOUNT_BIND || is_root(m))
 			continue;
 		size_t l = strlen(m->dest);
 		if (l > 0 && strncmp(dest, m->dest, l) == 0 && (dest[l] == 0 || dest[l] == '/' || m->dest[l - 1] == '/'))
@@ -915,6 +946,8 @@ static void await_verified(struct ctx *c)
 	c->verified = 1;
 }
 
+/* setup_root assembles the root on a fresh tmpfs, or on the root template,
+ * and pivots into it, in the order of mounts.Setup. */
 static void setup_root(struct ctx *c)
 {
 	const struct ar_plan *p = c->p;
@@ -939,6 +972,11 @@ static void setup_root(struct ctx *c)
 		}
 		if (m->kind != AR_MOUNT_BIND)
 			continue;
+		if (is_root(m)) {
+			if (i != 0 || (trees[i] = clone_template(c, m)) < 0)
+				die_mount(c, "root template", "/");
+			continue;
+		}
 		if (m->fd >= 0) {
 			trees[i] = m->fd; /* configured by the parent; attached as is */
 			continue;
@@ -963,13 +1001,21 @@ static void setup_root(struct ctx *c)
 	}
 
 	/* The staging root: a path of the private mount namespace only. */
-	if (syscall(SYS_mount, "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m,nr_inodes=4096") < 0)
+	int templated = p->nmounts > 0 && is_root(&p->mounts[0]);
+	if (templated) {
+		int at = open("/tmp", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (at < 0 || attach(c, trees[0], at) < 0)
+			die_mount(c, "root template", "/");
+		close(at);
+		close(trees[0]);
+	} else if (syscall(SYS_mount, "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m,nr_inodes=4096") < 0) {
 		die_mount(c, "mount tmpfs root", "/");
+	}
 	int rootfd = open("/tmp", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (rootfd < 0)
 		die_mount(c, "open root", "/");
 
-	for (int i = 0; i < p->nmounts; i++) {
+	for (int i = templated; i < p->nmounts; i++) {
 		const struct ar_mount *m = &p->mounts[i];
 		int r;
 		c->what = c->what_arg = NULL;

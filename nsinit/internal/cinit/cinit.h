@@ -35,7 +35,8 @@ struct ar_fsparam {
 
 struct ar_mount {
 	int kind;
-	int fd;        /* bind: child fd of a tree the parent prepared, else -1 */
+	int fd;        /* bind: child fd of a tree the parent prepared, or for
+	                * the root template of its lock file; else -1 */
 	int recursive; /* bind: clone the whole subtree (rbind) */
 	uint64_t attr; /* MOUNT_ATTR_* of the new mount */
 	const char *type;   /* the OCI type, for error messages */
@@ -186,13 +187,17 @@ int ar_sigfwd_uninstall_raise(void);
 /* An idmapped bind the starter prepares as a detached tree (nsinit's
  * prepareMounts): source opened without following symlinks, cloned, and
  * given attr (MOUNT_ATTR_IDMAP included) with a user namespace that has
- * these maps. */
+ * these maps. Or the root template (template below). */
 struct ar_prep {
 	const char *source;
 	const char *uid_map, *gid_map; /* "inside outside count\n" lines */
 	uint64_t attr;
 	int recursive;
 	int fd_index; /* its slot in plan->fds */
+	/* 1: not a tree but the root template's lock file (source;
+	 * mounts/template_linux.go), opened and locked shared without
+	 * waiting; the maps are empty. */
+	int template;
 };
 
 struct ar_image {

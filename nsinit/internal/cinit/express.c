@@ -41,6 +41,7 @@
 #define EXPRESS_MAX (256 << 10)
 
 struct express {
+	char path[PATH_MAX]; /* of the record */
 	char *text; /* the record, lines split at '\n' */
 	size_t len;
 	uint64_t image_sum;
@@ -198,15 +199,19 @@ static int check_print(char *line, const char **detail)
 			return !ok;
 		if (!ok)
 			return 0;
-		unsigned long long f[6];
-		for (int i = 0; i < 6; i++) {
+		/* mode uid gid size dev ino, and a regular file's ctime in ns. */
+		unsigned long long f[7];
+		int n = S_ISREG(st.st_mode) ? 7 : 6;
+		for (int i = 0; i < n; i++) {
 			char *v = field(rest, &rest);
-			if (!v || (i < 5) != (rest != NULL) || parse_u64(v, 10, &f[i]) < 0)
+			if (!v || (i < n - 1) != (rest != NULL) || parse_u64(v, 10, &f[i]) < 0)
 				return 0;
 		}
 		unsigned long long size = S_ISREG(st.st_mode) ? (unsigned long long)st.st_size : 0;
+		unsigned long long ctime_ns = (unsigned long long)st.st_ctim.tv_sec * 1000000000ULL + (unsigned long long)st.st_ctim.tv_nsec;
 		return f[0] == st.st_mode && f[1] == st.st_uid && f[2] == st.st_gid && f[3] == size &&
-		       f[4] == (unsigned long long)st.st_dev && f[5] == (unsigned long long)st.st_ino;
+		       f[4] == (unsigned long long)st.st_dev && f[5] == (unsigned long long)st.st_ino &&
+		       (n == 6 || f[6] == ctime_ns);
 	}
 	if (strcmp(kind, "R") == 0) {
 		char t[PATH_MAX];
@@ -587,6 +592,10 @@ static _Noreturn void run(const struct express *x, struct cg *c, const struct ar
 			snprintf(msg, sizeof msg, "init: malformed report");
 		else
 			snprintf(msg, sizeof msg, "%s: %s", step, err);
+		/* The setup failed on what the fingerprints hold unchanged (a
+		 * root template damaged in place, say): the next spawn goes the
+		 * ordinary way, which checks, rebuilds or reports it. */
+		(void)unlink(x->path);
 		finish(x, c, pid, msg, 1, 0, 0);
 	}
 	if (strcmp(t, "exit") == 0) /* the command could not be started */
@@ -604,13 +613,17 @@ static _Noreturn void run(const struct express *x, struct cg *c, const struct ar
 	finish(x, c, pid, NULL, 0, 0, 0);
 }
 
+/* The record ar_express_open opened, for ar_express. */
+static char express_path[PATH_MAX];
+
 int ar_express_open(const char *dir, const char *name, uid_t euid, struct stat *st)
 {
 	const char *v = getenv("AGENTRUN_EXPRESS");
 	if (v && (strcmp(v, "0") == 0 || strcmp(v, "off") == 0))
 		return -1;
 	char rname[64];
-	if (snprintf(rname, sizeof rname, "%s%s", name, EXPRESS_SUFFIX) >= (int)sizeof rname)
+	if (snprintf(rname, sizeof rname, "%s%s", name, EXPRESS_SUFFIX) >= (int)sizeof rname ||
+	    snprintf(express_path, sizeof express_path, "%s/%s", dir, rname) >= (int)sizeof express_path)
 		return -1;
 	int fd = ar_open_cached(dir, rname, euid, st);
 	if (fd < 0)
@@ -634,6 +647,7 @@ int ar_express(const struct ar_image *img, int fd, const struct stat *st, uid_t 
 	 * literal would clear its 32 KiB release buffer page by page. */
 	x.text = text;
 	x.len = len;
+	memcpy(x.path, express_path, sizeof x.path);
 	if (rd < 0 || parse(&x) < 0 || x.image_sum != img->checksum) {
 		trace("off", "record not for this image");
 		return 0;

@@ -89,13 +89,17 @@ func PassEnv() []string {
 	return out
 }
 
-// Prep is an idmapped bind the starter prepares as a detached tree.
+// Prep is an idmapped bind the starter prepares as a detached tree, or the
+// root template it opens and locks.
 type Prep struct {
 	Source         string
 	UIDMap, GIDMap string // "inside outside count\n" lines
 	Attr           uint64 // MOUNT_ATTR_*, MOUNT_ATTR_IDMAP included
 	Recursive      bool
 	FDIndex        int // its slot in Plan.FDs
+	// Template: Source is the root template's directory, which the
+	// starter opens and locks (no maps, no tree).
+	Template bool
 }
 
 // IDMaps are what the parent writes to the init's /proc/PID files; an
@@ -169,6 +173,7 @@ func Image(p *Plan, preps []Prep, ids IDMaps, key []byte, exe Exe) ([]byte, erro
 			ps[i] = C.struct_ar_prep{
 				source: b.str(pr.Source), uid_map: b.str(pr.UIDMap), gid_map: b.str(pr.GIDMap),
 				attr: C.uint64_t(pr.Attr), recursive: cbool(pr.Recursive), fd_index: C.int(pr.FDIndex),
+				template: cbool(pr.Template),
 			}
 		}
 		h.prep = &ps[0]

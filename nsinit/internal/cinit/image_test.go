@@ -24,7 +24,7 @@ func TestPassEnvMatches(t *testing.T) {
 // fullPlan uses every kind of entry a plan can hold.
 func fullPlan() (*Plan, []Prep, IDMaps) {
 	p := &Plan{
-		CgroupFD: -1, FDs: []int{0, 1, 2, -1, -1}, SyncFD: 3,
+		CgroupFD: -1, FDs: []int{0, 1, 2, -1, -1, -1}, SyncFD: 3,
 		UID: 1000, GID: 1000, DropGroups: true, ExpectPPID: PPIDSelf, UnshareCgroupNS: true,
 		CloneFlags: 0x7e020000, Hostname: "sandbox",
 		Mounts: []Mount{
@@ -43,7 +43,10 @@ func fullPlan() (*Plan, []Prep, IDMaps) {
 		Env:     []string{"PATH=/usr/bin:/bin", "HOME=/tmp"},
 		Path:    "/usr/bin:/bin", NoNewPrivs: true, KeepCaps: 1 << 13,
 	}
-	preps := []Prep{{Source: "/tmp/ws", UIDMap: "1000 2147418112 1\n", GIDMap: "1000 2147418112 1\n", Attr: 0x100000, FDIndex: 4}}
+	preps := []Prep{
+		{Source: "/tmp/ws", UIDMap: "1000 2147418112 1\n", GIDMap: "1000 2147418112 1\n", Attr: 0x100000, FDIndex: 4},
+		{Source: "/run/agentrun-templates/0123", FDIndex: 5, Template: true},
+	}
 	ids := IDMaps{Setgroups: "allow", UIDMap: "1000 2147418112 1\n", GIDMap: "1000 2147418112 1\n"}
 	return p, preps, ids
 }

@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <poll.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -224,7 +225,7 @@ const struct ar_plan *ar_image_load(unsigned char *img, uint64_t len, int check_
 		const struct ar_prep *pr = &h->prep[i];
 		if (!pr->source || !pr->uid_map || !pr->gid_map || !str_ok(&b, pr->source) ||
 		    !str_ok(&b, pr->uid_map) || !str_ok(&b, pr->gid_map) || pr->fd_index <= h->plan->sync_fd ||
-		    pr->fd_index >= h->plan->nfds)
+		    pr->fd_index >= h->plan->nfds || (pr->template != 0 && pr->template != 1))
 			return NULL;
 	}
 	if (hdrp)
@@ -355,6 +356,26 @@ static int prep_idmap(const struct ar_prep *pr, int tree, struct holder *hd)
 	long r = syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | (pr->recursive ? AT_RECURSIVE : 0), &attr, sizeof attr);
 	close(ns);
 	return r < 0 ? -1 : 0;
+}
+
+/* template_lock opens the root template's lock file and takes its shared
+ * lock, as mounts.OpenTemplateLock does: no symlink in the path, without
+ * waiting (only a sweep removing the template holds it exclusively), then
+ * checks that it was not removed meanwhile and is the caller's own. The
+ * init inherits the fd, and with it the lock. */
+static int template_lock(const char *path)
+{
+	struct open_how how = {.flags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, .resolve = RESOLVE_NO_SYMLINKS};
+	int fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
+	if (fd < 0)
+		return -1;
+	struct stat st;
+	if (flock(fd, LOCK_SH | LOCK_NB) < 0 || fstat(fd, &st) < 0 || st.st_nlink == 0 || !S_ISREG(st.st_mode) ||
+	    st.st_uid != geteuid() || (st.st_mode & 022)) {
+		close(fd);
+		return -1;
+	}
+	return fd;
 }
 
 /* cache_dir is the directory of the images: a private one of this user's
@@ -617,6 +638,13 @@ void ar_prestart(int argc, char **argv, char **envp)
 	    h->exe_ino != result.exe_ino || h->exe_size != result.exe_size ||
 	    h->exe_ctime_sec != result.exe_ctime_sec || h->exe_ctime_nsec != result.exe_ctime_nsec)
 		goto unmap;
+	/* A plan with a root template is not this spawn's when the caller
+	 * turned templates off (AGENTRUN_TEMPLATE=0, as agentrun.Options). */
+	const char *tv = getenv("AGENTRUN_TEMPLATE");
+	if (tv && (strcmp(tv, "0") == 0 || strcmp(tv, "off") == 0))
+		for (int i = 0; i < h->nprep; i++)
+			if (h->prep[i].template)
+				goto unmap;
 	/* The placeholders: stdio is this process's, the rest is filled in. */
 	if (p->fds[0] != 0 || p->fds[1] != 1 || p->fds[2] != 2)
 		goto unmap;
@@ -769,12 +797,13 @@ static _Noreturn void start_init(const struct ar_image *h, struct ar_plan *p, in
 		_exit(1);
 	int *fds = (int *)p->fds;
 	for (int i = 0; i < h->nprep; i++) {
-		trees[i] = prep_open(&h->prep[i]);
+		held[i] = (struct holder){.pid = -1, .wr = -1};
+		trees[i] = h->prep[i].template ? template_lock(h->prep[i].source) : prep_open(&h->prep[i]);
 		if (trees[i] < 0)
 			goto fail;
 		fds[h->prep[i].fd_index] = trees[i];
 		nheld++;
-		if (holder_start(&held[i]) < 0)
+		if (!h->prep[i].template && holder_start(&held[i]) < 0)
 			goto fail;
 	}
 	for (int i = 3; i < p->nfds; i++)
@@ -787,7 +816,7 @@ static _Noreturn void start_init(const struct ar_image *h, struct ar_plan *p, in
 		goto fail;
 	report_started(out, pid, 0);
 	for (int i = 0; i < h->nprep; i++)
-		if (prep_idmap(&h->prep[i], trees[i], &held[i]) < 0)
+		if (!h->prep[i].template && prep_idmap(&h->prep[i], trees[i], &held[i]) < 0)
 			goto fail;
 	if ((h->setgroups && (proc_path(pp, sizeof pp, pid, "setgroups") < 0 || ar_write_text(pp, h->setgroups) < 0)) ||
 	    (h->uid_map && (proc_path(pp, sizeof pp, pid, "uid_map") < 0 || ar_write_text(pp, h->uid_map) < 0)) ||
