@@ -224,10 +224,17 @@ func TestRootTemplateSweep(t *testing.T) {
 	for range 2 {
 		mustExit(t, spawn(t, acfg, "/bin/true"), 0, "a warm-up spawn")
 	}
-	// A: writes its root line, waits for the go file, then reads its copies.
+	// A: writes its root line, waits (at most a minute) for the go file,
+	// then reads its copies.
 	a := startSpawn(t, acfg, "/bin/sh", "-c",
 		rootLine+` > /workspace/root.tmp; mv /workspace/root.tmp /workspace/root
-while [ ! -e /workspace/go ]; do sleep 0.05; done; cat /etc/passwd > /workspace/after`)
+i=0; while [ ! -e /workspace/go ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; cat /etc/passwd > /workspace/after`)
+	// Whatever fails below, A must not outlive the test: a live sandbox
+	// changes what later tests see (TestExpress's cgroup records).
+	t.Cleanup(func() {
+		_ = a.cmd.Process.Kill()
+		<-a.done
+	})
 	var held string
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if b, err := os.ReadFile(filepath.Join(ws, "root")); err == nil {
