@@ -191,12 +191,9 @@ func rootTemplate(spec *specs.Spec, opts Options, rec *hostRecorder) (*specs.Spe
 	if euid == 0 {
 		dir, mode = root+"-templates", 0o711
 	}
-	for _, m := range spec.Mounts {
-		// A sandbox that can write to the template would write to every
-		// other sandbox's root.
-		if m.Type == "bind" && !slices.Contains(m.Options, "ro") && (within(dir, m.Source) || within(m.Source, dir)) {
-			return spec, nil
-		}
+	if writesTo(spec, dir) {
+		// It would write to every other sandbox's root.
+		return spec, nil
 	}
 	skel, err := mounts.SkeletonOf(spec, time.Now())
 	if err != nil {
@@ -235,6 +232,16 @@ func templateDirs(euid int, dir string, mode os.FileMode, locks string) error {
 		}
 	}
 	return os.Chmod(dir, mode)
+}
+
+// writesTo: a read-write bind of spec holds dir, or lies in it.
+func writesTo(spec *specs.Spec, dir string) bool {
+	for _, m := range spec.Mounts {
+		if m.Type == "bind" && !slices.Contains(m.Options, "ro") && (within(dir, m.Source) || within(m.Source, dir)) {
+			return true
+		}
+	}
+	return false
 }
 
 // within: p is root or lies below it.

@@ -392,9 +392,17 @@ func TestRootTemplateNotWritable(t *testing.T) {
 	mustExit(t, r, 0, "a spawn on a template")
 	templateIn(t, r, dir)
 	r = spawn(t, spawnCfg{ws: ws, env: env, flags: []string{"--rw", dir + ":/mnt/templates"}}, "/bin/sh", "-c", rootLine+"; ls /mnt/templates >/dev/null")
-	mustExit(t, r, 0, "a spawn with the templates bound read-write")
-	if src, fstype := rootOf(t, r.stdout); src != "/" || fstype != "tmpfs" {
-		t.Errorf("SANDBOX ESCAPE: a sandbox that can write to the templates got the shared root %s (%s)", src, fstype)
+	switch {
+	case r.code == 125 && isRoot() && strings.Contains(r.stderr, "idmapped mount of "+dir):
+		// A root-mode bind is idmapped, and this kernel cannot idmap the
+		// filesystem of /run (tmpfs before Linux 6.3): no sandbox can
+		// write to the templates here (TestRootTemplateWritableBind).
+		t.Logf("no sandbox with the templates bound read-write on this kernel: %s", strings.TrimSpace(r.stderr))
+	default:
+		mustExit(t, r, 0, "a spawn with the templates bound read-write")
+		if src, fstype := rootOf(t, r.stdout); src != "/" || fstype != "tmpfs" {
+			t.Errorf("SANDBOX ESCAPE: a sandbox that can write to the templates got the shared root %s (%s)", src, fstype)
+		}
 	}
 
 	if isRoot() {
