@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -231,23 +230,21 @@ func templateDirs(euid int, dir string, mode os.FileMode, locks string) error {
 			return fmt.Errorf("the path %s holds a symlink", d)
 		}
 	}
+	// Ensure made it 0700; a root-mode init passes through (0711).
+	if fi, err := os.Lstat(dir); err != nil || fi.Mode().Perm() == mode {
+		return err
+	}
 	return os.Chmod(dir, mode)
 }
 
 // writesTo: a read-write bind of spec holds dir, or lies in it.
 func writesTo(spec *specs.Spec, dir string) bool {
 	for _, m := range spec.Mounts {
-		if m.Type == "bind" && !slices.Contains(m.Options, "ro") && (within(dir, m.Source) || within(m.Source, dir)) {
+		if m.Type == "bind" && !slices.Contains(m.Options, "ro") && (statedir.Within(dir, m.Source) || statedir.Within(m.Source, dir)) {
 			return true
 		}
 	}
 	return false
-}
-
-// within: p is root or lies below it.
-func within(p, root string) bool {
-	rel, err := filepath.Rel(root, p)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
 // memoryLimited: the spec sets a memory limit, whose OOM kills Stats tells.

@@ -111,9 +111,10 @@ func cloneSources(spec *specs.Spec, prepared Prepared) (*sourceTrees, error) {
 	for i := range t.mounts {
 		t.mounts[i] = -1
 	}
+	ti, templated := RootTemplate(spec)
 	for i := range spec.Mounts {
 		m := &spec.Mounts[i]
-		if ti, ok := RootTemplate(spec); ok && i == ti {
+		if templated && i == ti {
 			fd, err := cloneTemplate(m, prepared, i)
 			if err != nil {
 				return t, &Error{Op: "root template", Dest: "/", Err: err}
@@ -567,21 +568,30 @@ func copyIn(rootfd, src int, p string) error {
 		return fmt.Errorf("copy %s: create: %w", p, err)
 	}
 	defer unix.Close(fd)
-	for left := st.Size; left > 0; {
-		n, err := unix.Sendfile(fd, src, nil, int(left))
+	if err := sendAll(fd, src, st.Size); err != nil {
+		return fmt.Errorf("copy %s: %w", p, err)
+	}
+	if err := unix.Fchmod(fd, st.Mode&0o755); err != nil {
+		return fmt.Errorf("copy %s: chmod: %w", p, err)
+	}
+	return nil
+}
+
+// sendAll copies size bytes of src, from its offset, to dst; less when the
+// source shrank meanwhile.
+func sendAll(dst, src int, size int64) error {
+	for left := size; left > 0; {
+		n, err := unix.Sendfile(dst, src, nil, int(left))
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("copy %s: %w", p, err)
+			return err
 		}
 		if n == 0 {
 			break // the source shrank
 		}
 		left -= int64(n)
-	}
-	if err := unix.Fchmod(fd, st.Mode&0o755); err != nil {
-		return fmt.Errorf("copy %s: chmod: %w", p, err)
 	}
 	return nil
 }

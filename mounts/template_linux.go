@@ -263,41 +263,32 @@ func (t *Template) Close() error { return t.lock.Close() }
 func AcquireTemplate(templates, locks string, s *Skeleton) (*Template, error) {
 	key := s.Key()
 	t := &Template{Dir: filepath.Join(templates, key), Lock: filepath.Join(locks, key+".lock")}
-	lock, err := openLock(t.Lock, true)
+	lock, st, err := openLock(t.Lock, true)
 	if err != nil {
 		return nil, err
 	}
 	t.lock = lock
 	// The last use, for sweeps; at most one write a minute.
-	var st unix.Stat_t
-	if unix.Fstat(int(lock.Fd()), &st) == nil && time.Since(time.Unix(st.Mtim.Unix())) > time.Minute {
+	if time.Since(time.Unix(st.Mtim.Unix())) > time.Minute {
 		_ = unix.Futimes(int(lock.Fd()), nil)
 	}
-	built := false
-	switch err := s.check(t.Dir); {
-	case err == nil:
-	case errors.Is(err, os.ErrNotExist):
-		if err := s.build(templates, t.Dir); err != nil {
-			t.Close()
-			return nil, err
-		}
-		built = true
-	default:
+	err = s.check(t.Dir)
+	if err == nil {
+		return t, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
 		// Something removed or changed part of it: a fresh one replaces
 		// it, and sandboxes that still use it keep it until a sweep.
 		if err := os.Rename(t.Dir, filepath.Join(templates, ".trash-"+key+"-"+randomName())); err != nil {
 			t.Close()
 			return nil, fmt.Errorf("mounts: retire template %s: %w", t.Dir, err)
 		}
-		if err := s.build(templates, t.Dir); err != nil {
-			t.Close()
-			return nil, err
-		}
-		built = true
 	}
-	if built {
-		sweepTemplates(templates, locks, key, time.Now())
+	if err := s.build(templates, t.Dir); err != nil {
+		t.Close()
+		return nil, err
 	}
+	sweepTemplates(templates, locks, key, time.Now())
 	return t, nil
 }
 
@@ -308,9 +299,14 @@ var ErrTemplateBusy = errors.New("mounts: root template is being removed")
 // as the parent does for the init: the file must exist, and the lock is
 // taken without waiting (only a sweep holds it exclusively, and only while
 // it removes the template).
-func OpenTemplateLock(path string) (*os.File, error) { return openLock(path, false) }
+func OpenTemplateLock(path string) (*os.File, error) {
+	f, _, err := openLock(path, false)
+	return f, err
+}
 
-func openLock(path string, create bool) (*os.File, error) {
+// openLock is OpenTemplateLock, creating the file if asked; it also
+// returns the file's status.
+func openLock(path string, create bool) (*os.File, *unix.Stat_t, error) {
 	how := unix.OpenHow{Flags: unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS}
 	if create {
 		how.Flags |= unix.O_CREAT
@@ -318,31 +314,31 @@ func openLock(path string, create bool) (*os.File, error) {
 	}
 	fd, err := unix.Openat2(unix.AT_FDCWD, path, &how)
 	if err != nil {
-		return nil, fmt.Errorf("mounts: open template lock %s: %w", path, err)
+		return nil, nil, fmt.Errorf("mounts: open template lock %s: %w", path, err)
 	}
 	f := os.NewFile(uintptr(fd), path)
 	if err := unix.Flock(fd, unix.LOCK_SH|unix.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, ErrTemplateBusy
+			return nil, nil, ErrTemplateBusy
 		}
-		return nil, fmt.Errorf("mounts: lock template %s: %w", path, err)
+		return nil, nil, fmt.Errorf("mounts: lock template %s: %w", path, err)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("mounts: stat template lock %s: %w", path, err)
+		return nil, nil, fmt.Errorf("mounts: stat template lock %s: %w", path, err)
 	}
 	switch {
 	case st.Nlink == 0:
 		// A sweep removed it between our open and our lock.
 		f.Close()
-		return nil, ErrTemplateBusy
+		return nil, nil, ErrTemplateBusy
 	case st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0:
 		f.Close()
-		return nil, fmt.Errorf("mounts: template lock %s is not the caller's own", path)
+		return nil, nil, fmt.Errorf("mounts: template lock %s is not the caller's own", path)
 	}
-	return f, nil
+	return f, &st, nil
 }
 
 // check opens the template at dir and verifies it.
@@ -485,32 +481,9 @@ func copyTo(rfd int, rel string, e *entry) error {
 		return err
 	}
 	defer unix.Close(fd)
-	buf := make([]byte, 32<<10)
-	var n int64
-	for {
-		r, err := unix.Read(src, buf)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if r == 0 {
-			break
-		}
-		if n += int64(r); n > e.src.Size {
-			break
-		}
-		for w := buf[:r]; len(w) > 0; {
-			k, err := unix.Write(fd, w)
-			if err != nil && !errors.Is(err, unix.EINTR) {
-				return err
-			}
-			w = w[max(k, 0):]
-		}
-	}
-	if n != e.src.Size {
-		return fmt.Errorf("%s changed meanwhile", e.target)
+	// A source that shrank or grew meanwhile fails same() below.
+	if err := sendAll(fd, src, e.src.Size); err != nil {
+		return err
 	}
 	if err := same(); err != nil {
 		return err

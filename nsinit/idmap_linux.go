@@ -62,9 +62,10 @@ func prepareMountsWith(spec *specs.Spec, idmapUserns func(uids, gids []specs.Lin
 			unix.Close(fd)
 		}
 	}()
+	ti, templated := mounts.RootTemplate(spec)
 	for _, i := range parentPrepared(spec) {
 		m := &spec.Mounts[i]
-		if ti, ok := mounts.RootTemplate(spec); ok && i == ti {
+		if templated && i == ti {
 			// The root template's lock, shared: held as long as anyone
 			// has the fd, the init included, it keeps sweeps away.
 			f, err := mounts.OpenTemplateLock(mounts.TemplateLock(m))
@@ -109,10 +110,9 @@ func prepareMountsWith(spec *specs.Spec, idmapUserns func(uids, gids []specs.Lin
 // syncFD+2, ...
 func parentPrepared(spec *specs.Spec) []int {
 	var out []int
+	ti, templated := mounts.RootTemplate(spec)
 	for i := range spec.Mounts {
-		if m := &spec.Mounts[i]; len(m.UIDMappings) > 0 || len(m.GIDMappings) > 0 {
-			out = append(out, i)
-		} else if ti, ok := mounts.RootTemplate(spec); ok && i == ti {
+		if m := &spec.Mounts[i]; len(m.UIDMappings) > 0 || len(m.GIDMappings) > 0 || (templated && i == ti) {
 			out = append(out, i)
 		}
 	}

@@ -79,9 +79,10 @@ func prestartImage(cfg *Config, spec *specs.Spec, pre cinit.Prestart) ([]byte, e
 	// The trees prepareMountsWith would make, numbered as it numbers them.
 	prep := &preparedMounts{childFDs: map[int]int{}}
 	var preps []cinit.Prep
+	ti, templated := mounts.RootTemplate(spec)
 	for k, i := range parentPrepared(spec) {
 		m := &spec.Mounts[i]
-		if ti, ok := mounts.RootTemplate(spec); ok && i == ti {
+		if templated && i == ti {
 			preps = append(preps, cinit.Prep{Source: mounts.TemplateLock(m), FDIndex: syncFD + 1 + k, Template: true})
 			prep.childFDs[i] = syncFD + 1 + k
 			continue

@@ -30,7 +30,7 @@ type config struct {
 	Spec *specs.Spec `json:"spec"`
 	// Prepared maps a Spec.Mounts index to the child fd of a detached mount
 	// that the parent created (idmapped binds), or of the root template's
-	// directory, which the parent opened and locked.
+	// lock file, which the parent opened and locked.
 	Prepared map[int]int `json:"prepared,omitempty"`
 	// Seccomp is a compiled filter (struct sock_filter array) that the init
 	// loads right before it starts the command; SeccompFlags are the

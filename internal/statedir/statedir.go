@@ -37,13 +37,14 @@ func Ensure(dir string, euid int) error {
 		if err := Private(d, euid); err != nil {
 			return err
 		}
-		if d == Root(euid) || filepath.Dir(d) == d || !within(d, Root(euid)) {
+		if d == Root(euid) || filepath.Dir(d) == d || !Within(d, Root(euid)) {
 			return nil
 		}
 	}
 }
 
-func within(p, root string) bool {
+// Within: p is root or lies below it (both clean and absolute).
+func Within(p, root string) bool {
 	rel, err := filepath.Rel(root, p)
 	return err == nil && rel != ".." && !filepath.IsAbs(rel) && (len(rel) < 3 || rel[:3] != "../")
 }

@@ -90,14 +90,14 @@ func PassEnv() []string {
 }
 
 // Prep is an idmapped bind the starter prepares as a detached tree, or the
-// root template it opens and locks.
+// root template's lock, which it opens and locks.
 type Prep struct {
 	Source         string
 	UIDMap, GIDMap string // "inside outside count\n" lines
 	Attr           uint64 // MOUNT_ATTR_*, MOUNT_ATTR_IDMAP included
 	Recursive      bool
 	FDIndex        int // its slot in Plan.FDs
-	// Template: Source is the root template's directory, which the
+	// Template: Source is the root template's lock file, which the
 	// starter opens and locks (no maps, no tree).
 	Template bool
 }

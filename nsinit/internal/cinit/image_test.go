@@ -45,7 +45,7 @@ func fullPlan() (*Plan, []Prep, IDMaps) {
 	}
 	preps := []Prep{
 		{Source: "/tmp/ws", UIDMap: "1000 2147418112 1\n", GIDMap: "1000 2147418112 1\n", Attr: 0x100000, FDIndex: 4},
-		{Source: "/run/agentrun-templates/0123", FDIndex: 5, Template: true},
+		{Source: "/run/agentrun/template-locks/0123.lock", FDIndex: 5, Template: true},
 	}
 	ids := IDMaps{Setgroups: "allow", UIDMap: "1000 2147418112 1\n", GIDMap: "1000 2147418112 1\n"}
 	return p, preps, ids
