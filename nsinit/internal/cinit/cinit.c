@@ -1393,15 +1393,15 @@ static void drop_privileges(struct ctx *c)
 /* ---- the loader ---- */
 
 /*
- * The loader is a second thread of init. It takes two pieces of kernel work
- * off the spawn's critical path; on a machine with a second CPU they run
- * alongside init's root assembly:
+ * The loader is a second thread of init, and the net thread a third. They
+ * take two pieces of kernel work off the spawn's critical path; on a
+ * machine with a second CPU they run alongside init's root assembly:
  *
  *  - the network namespace: creating one sets up every protocol's
  *    per-namespace state (0.6-0.8 ms here), and a clone with CLONE_NEWNET
- *    does it before init can start. The loader unshares one instead,
- *    brings "lo" up in it, and init joins it with setns once the root is
- *    built. It is owned by the sandbox's user namespace either way; init
+ *    does it before init can start. The net thread unshares one instead,
+ *    brings "lo" up in it and ends; init joins it with setns once the root
+ *    is built. It is owned by the sandbox's user namespace either way; init
  *    builds the root in the host's network namespace, where it holds no
  *    capability. A plan that mounts sysfs keeps CLONE_NEWNET (split_net):
  *    sysfs shows the network devices of its mounter's namespace.
@@ -1425,10 +1425,12 @@ static void drop_privileges(struct ctx *c)
  * then not apply the filter's speculation mitigations to init).
  *
  * The loader reads the sync socket from its start ('v', then the release);
- * init waits for its state. It shares init's memory, files, root and
- * thread pointer (and so libc's errno, which rawsys leaves alone). It ends
- * either by returning, or by taking the whole process down (die_parts,
- * _exit): init's waits for it cannot outlast it. Without LOADER_THREAD
+ * init waits for its state, and for the net thread's. Both threads share
+ * init's memory, files, root and thread pointer (and so libc's errno,
+ * which rawsys leaves alone). Each ends either by returning, or by taking
+ * the whole process down (die_parts, _exit): init's waits for them cannot
+ * outlast them, and both are gone before the filter reaches init (TSYNC
+ * would otherwise filter the net thread too). Without LOADER_THREAD
  * there is no thread: init runs the steps that receive the messages itself
  * (await_loader), the clone keeps CLONE_NEWNET and init loads the filter.
  */
@@ -1445,6 +1447,13 @@ struct loader {
 	volatile int state; /* LOADER_*, a futex word */
 	volatile pid_t tid; /* 0 once the thread is leaving (CLONE_CHILD_CLEARTID) */
 	pid_t id;           /* its thread id */
+	/* The network namespace has a thread of its own (split_net), so that
+	 * the filter's load need not wait for it: see start_loader. */
+	struct ctx net_c;       /* the net thread's copy */
+	int net_inline;         /* no net thread: init makes the namespace */
+	volatile int net_done;  /* 1 once netfd is set, a futex word */
+	volatile pid_t net_tid; /* as tid, for the net thread */
+	pid_t net_id;
 };
 
 /* One loader per init process; a static, like big_locals, and so is its
@@ -1453,6 +1462,7 @@ static struct loader loader;
 #if LOADER_THREAD
 enum { loader_stack_size = 64 * 1024 };
 static _Alignas(64) char loader_stack[loader_stack_size];
+static _Alignas(64) char net_stack[loader_stack_size];
 #endif
 
 /* split_net says whether the loader creates the network namespace. */
@@ -1636,7 +1646,7 @@ static void load_filter(struct ctx *c, const struct release *rel, unsigned flags
  * itself (await_loader) when there is no thread. */
 static void loader_net(struct loader *l)
 {
-	struct ctx *c = &l->c;
+	struct ctx *c = &l->net_c;
 	long r;
 	if ((r = RAW(SYS_unshare, CLONE_NEWNET)) < 0)
 		die_parts(c, (const char *[]){"network namespace", NULL}, (const char *[]){NULL}, (int)-r);
@@ -1696,8 +1706,6 @@ static void loader_release(struct loader *l)
 static void loader_main(void *arg)
 {
 	struct loader *l = arg;
-	if (l->split_net)
-		loader_net(l);
 	loader_verify(l);
 	loader_release(l);
 	loader_wait(LOADER_GO);
@@ -1718,14 +1726,30 @@ static void loader_main(void *arg)
 }
 #endif
 
-/* start_loader starts the loader, on another CPU than init's if the
- * affinity mask allows one. The scheduler would otherwise queue the new
- * thread behind init on init's CPU, where it runs only when init blocks,
- * and wake it there again when the release comes. */
+#if LOADER_THREAD
+/* net_main is the net thread: it makes the network namespace and ends. */
+static void net_main(void *arg)
+{
+	struct loader *l = arg;
+	loader_net(l);
+	__atomic_store_n(&l->net_done, 1, __ATOMIC_RELEASE);
+	(void)RAW(SYS_futex, &l->net_done, FUTEX_WAKE_PRIVATE, 1);
+}
+#endif
+
+/* start_loader starts the loader and, with split_net, the net thread.
+ * The two pieces of work are independent: the namespace can be made at
+ * once, the filter only once the release has come. In one thread the
+ * filter waited for the namespace while init, done with the root, sat
+ * idle; now it loads on whichever CPU is free. The net thread goes on
+ * another CPU than init's if the affinity mask allows one: the scheduler
+ * would otherwise queue it behind init, where it runs only when init
+ * blocks. */
 static void start_loader(struct ctx *c, struct release *rel)
 {
 	loader = (struct loader){.c = *c, .rel = rel, .split_net = split_net(c->p), .netfd = -1, .listener = -1};
 	loader.c.what = loader.c.what_arg = NULL;
+	loader.net_c = loader.c;
 	loader.unfiltered = RAW(SYS_prctl, PR_GET_SECCOMP, 0, 0, 0, 0) == 0;
 #if LOADER_THREAD
 	long t = raw_thread(loader_main, &loader, loader_stack + loader_stack_size, &loader.tid);
@@ -1733,6 +1757,17 @@ static void start_loader(struct ctx *c, struct release *rel)
 		die_parts(c, (const char *[]){"start loader thread", NULL}, (const char *[]){NULL}, (int)-t);
 	loader.threaded = 1;
 	loader.id = (pid_t)t;
+	if (!loader.split_net)
+		return;
+	/* Second, so that it alone misses a tight pids.max (a cgroup v2
+	 * init is cloned into its cgroup): init then makes the namespace
+	 * itself (await_net). */
+	t = raw_thread(net_main, &loader, net_stack + loader_stack_size, &loader.net_tid);
+	if (t < 0) {
+		loader.net_inline = 1;
+		return;
+	}
+	loader.net_id = (pid_t)t;
 	cpu_set_t set;
 	unsigned cpu;
 	if (RAW(SYS_sched_getaffinity, 0, sizeof set, &set) > 0 && RAW(SYS_getcpu, &cpu, NULL, NULL) == 0 &&
@@ -1743,6 +1778,43 @@ static void start_loader(struct ctx *c, struct release *rel)
 #endif
 }
 
+/* wait_thread_gone waits until the thread with *tid (CLONE_CHILD_CLEARTID)
+ * and id has left this thread group: the kernel clears the tid and wakes
+ * (a shared futex) early in the thread's exit, and releases the thread,
+ * with its pids charge, a little later; from then on tgkill no longer
+ * finds it. */
+static void wait_thread_gone(volatile pid_t *tid, pid_t id)
+{
+	for (;;) {
+		pid_t t = *tid;
+		if (t == 0)
+			break;
+		(void)RAW(SYS_futex, tid, FUTEX_WAIT, t, NULL);
+	}
+	long self = RAW0(SYS_getpid);
+	while (RAW(SYS_tgkill, self, id, 0) == 0)
+		(void)RAW0(SYS_sched_yield);
+}
+
+/* await_net waits for the net thread's namespace and for the thread to be
+ * gone (see end_loader_thread for why gone). */
+static void await_net(void)
+{
+	if (!loader.split_net)
+		return;
+	if (loader.net_inline) {
+		loader_net(&loader);
+		return;
+	}
+	for (;;) {
+		int d = __atomic_load_n(&loader.net_done, __ATOMIC_ACQUIRE);
+		if (d)
+			break;
+		(void)RAW(SYS_futex, &loader.net_done, FUTEX_WAIT_PRIVATE, d, NULL);
+	}
+	wait_thread_gone(&loader.net_tid, loader.net_id);
+}
+
 /* end_loader_thread hands the filter over (or lets the thread go without
  * one) and waits until the thread is gone: PID 1 is a single thread again
  * before the command starts, and the thread no longer counts against the
@@ -1751,19 +1823,7 @@ static void start_loader(struct ctx *c, struct release *rel)
 static void end_loader_thread(struct ctx *c)
 {
 	loader_set(LOADER_GO);
-	/* The kernel clears the tid and wakes (a shared futex) early in the
-	 * thread's exit, */
-	for (;;) {
-		pid_t t = loader.tid;
-		if (t == 0)
-			break;
-		(void)RAW(SYS_futex, &loader.tid, FUTEX_WAIT, t, NULL);
-	}
-	/* and releases the thread, with its pids charge, a little later; from
-	 * then on tgkill no longer finds it in this thread group. */
-	long self = RAW0(SYS_getpid);
-	while (RAW(SYS_tgkill, self, loader.id, 0) == 0)
-		(void)RAW0(SYS_sched_yield);
+	wait_thread_gone(&loader.tid, loader.id);
 	if (__atomic_load_n(&loader.state, __ATOMIC_ACQUIRE) != LOADER_DONE)
 		die_parts(c, (const char *[]){"loader thread", NULL}, (const char *[]){"ended early", NULL}, 0);
 }
@@ -2183,6 +2243,7 @@ static _Noreturn void child(const struct ar_plan *p, int heap_left_behind)
 	 * compiled the filter, and the loader made the network namespace and
 	 * loaded the filter; nothing of the command runs before all of it. */
 	await_loader(LOADER_LOADED);
+	await_net();
 	/* Detaching the old root waits for an expedited RCU grace period,
 	 * which a CPU busy in the kernel (the loader making the network
 	 * namespace) holds up; by now the loader is idle. */
