@@ -14,27 +14,37 @@ import (
 )
 
 func compileHashed(p *specs.LinuxSeccomp, h Hash) (*Program, error) {
+	prog, _, err := compileWith(p, h, true)
+	return prog, err
+}
+
+// compileWith compiles with libseccomp and, if tryCompact, replaces its
+// program with compact's where that means the same.
+// It also returns what compact was given (for tests).
+func compileWith(p *specs.LinuxSeccomp, h Hash, tryCompact bool) (*Program, *compactInput, error) {
 	if err := Validate(p); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	native, err := libseccomp.GetNativeArch()
 	if err != nil {
-		return nil, fmt.Errorf("seccomp: compile: native architecture: %w", err)
+		return nil, nil, fmt.Errorf("seccomp: compile: native architecture: %w", err)
 	}
 	defAction := toAction(p.DefaultAction, p.DefaultErrnoRet)
 	filter, err := libseccomp.NewFilter(defAction)
 	if err != nil {
-		return nil, fmt.Errorf("seccomp: compile: new filter (default %s): %w", p.DefaultAction, err)
+		return nil, nil, fmt.Errorf("seccomp: compile: new filter (default %s): %w", p.DefaultAction, err)
 	}
 	defer filter.Release()
 
 	// A syscall from an architecture the program does not cover must not
 	// run. Killing the process makes the attempt visible (SIGSYS) rather
 	// than leaving a 32-bit program spinning on failed calls.
+	in := compactInput{defRet: retFor(p.DefaultAction, p.DefaultErrnoRet), badArcRet: retKillProcess}
 	if err := filter.SetBadArchAction(libseccomp.ActKillProcess); err != nil {
 		if err := filter.SetBadArchAction(libseccomp.ActKillThread); err != nil {
-			return nil, fmt.Errorf("seccomp: compile: bad-arch action: %w", err)
+			return nil, nil, fmt.Errorf("seccomp: compile: bad-arch action: %w", err)
 		}
+		in.badArcRet = retKillThread
 	}
 	// A binary tree keeps long allowlists at O(log n) per call; libseccomp
 	// before 2.5 lacks it and falls back to the linear layout.
@@ -44,13 +54,13 @@ func compileHashed(p *specs.LinuxSeccomp, h Hash) (*Program, error) {
 	for i, a := range p.Architectures {
 		sa, err := libseccomp.GetArchFromString(strings.ToLower(strings.TrimPrefix(string(a), "SCMP_ARCH_")))
 		if err != nil {
-			return nil, &ProfileError{Field: fmt.Sprintf("architectures[%d]", i), Msg: "not supported by libseccomp", Err: err}
+			return nil, nil, &ProfileError{Field: fmt.Sprintf("architectures[%d]", i), Msg: "not supported by libseccomp", Err: err}
 		}
 		if sa == native || !runnable(native, sa) || containsArch(arches, sa) {
 			continue
 		}
 		if err := filter.AddArch(sa); err != nil {
-			return nil, fmt.Errorf("seccomp: compile: add architecture %s: %w", a, err)
+			return nil, nil, fmt.Errorf("seccomp: compile: add architecture %s: %w", a, err)
 		}
 		arches = append(arches, sa)
 	}
@@ -73,7 +83,12 @@ func compileHashed(p *specs.LinuxSeccomp, h Hash) (*Program, error) {
 				continue
 			}
 			if err := addRule(filter, call, action, sc.Args); err != nil {
-				return nil, fmt.Errorf("seccomp: compile: syscalls[%d] %s (%s): %w", i, name, sc.Action, err)
+				return nil, nil, fmt.Errorf("seccomp: compile: syscalls[%d] %s (%s): %w", i, name, sc.Action, err)
+			}
+			if call >= 0 { // a negative pseudo-number: not a syscall here
+				for _, args := range splitArgs(sc.Args) {
+					in.rules = append(in.rules, cRule{nr: uint32(call), ret: retFor(sc.Action, sc.ErrnoRet), args: args})
+				}
 			}
 			if sc.Action == specs.ActNotify {
 				notify = true
@@ -87,7 +102,16 @@ func compileHashed(p *specs.LinuxSeccomp, h Hash) (*Program, error) {
 
 	prog.Filter, err = exportBPF(filter)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	// The smaller program where it means the same (compact.go); a profile
+	// it declines, or one it would get wrong, keeps libseccomp's.
+	if audit, ok := auditArch(native); tryCompact && ok && len(arches) == 1 && (native == libseccomp.ArchAMD64 || native == libseccomp.ArchARM64) {
+		in.arch = audit
+		if c, ok, err := compact(&in); err == nil && ok && sameDecisions(c, prog.Filter, &in) == nil {
+			prog.Filter = c
+			prog.compact = true
+		}
 	}
 	for _, f := range p.Flags {
 		bits, _ := flagBits(f) // Validate has vetted the names
@@ -97,9 +121,9 @@ func compileHashed(p *specs.LinuxSeccomp, h Hash) (*Program, error) {
 		prog.Flags |= FlagNewListener
 	} else if prog.Flags&FlagWaitKillableRecv != 0 {
 		// The kernel would refuse the flag at Load, in the child; say so here.
-		return nil, profileErr("flags", "%s needs SCMP_ACT_NOTIFY rules", specs.LinuxSeccompFlagWaitKillableRecv)
+		return nil, nil, profileErr("flags", "%s needs SCMP_ACT_NOTIFY rules", specs.LinuxSeccompFlagWaitKillableRecv)
 	}
-	return prog, nil
+	return prog, &in, nil
 }
 
 func toAction(a specs.LinuxSeccompAction, errnoRet *uint) libseccomp.ScmpAction {
@@ -292,5 +316,5 @@ func exportBPF(f *libseccomp.ScmpFilter) ([]byte, error) {
 func compilerID() string {
 	maj, min, micro := libseccomp.GetLibraryVersion()
 	arch, _ := libseccomp.GetNativeArch()
-	return fmt.Sprintf("libseccomp%d.%d.%d-%s", maj, min, micro, arch)
+	return fmt.Sprintf("libseccomp%d.%d.%d-%s-%s", maj, min, micro, arch, compactVersion)
 }

@@ -3,6 +3,7 @@
 package seccomp
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"runtime"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	libseccomp "github.com/seccomp/libseccomp-golang"
 )
 
 func TestCompileDefault(t *testing.T) {
@@ -85,23 +87,34 @@ func TestCompileSkipsUnknownNames(t *testing.T) {
 func TestCompileArchitectures(t *testing.T) {
 	// Not the default profile: on i386 libseccomp maps socket rules onto
 	// the socketcall multiplexer, where argument rules collide (EEXIST).
-	size := func(arches ...specs.Arch) int {
+	prog := func(arches ...specs.Arch) []byte {
 		p := &specs.LinuxSeccomp{DefaultAction: specs.ActAllow, Architectures: arches,
 			Syscalls: []specs.LinuxSyscall{{Names: []string{"keyctl", "bpf"}, Action: specs.ActErrno}}}
-		return len(mustCompile(t, p).Filter)
+		return mustCompile(t, p).Filter
 	}
-	native := size()
+	native := prog()
 	// A foreign architecture adds nothing: the kernel can never present it.
-	foreign := specs.ArchAARCH64
-	compat := specs.ArchX86
+	foreign, compat := specs.ArchAARCH64, specs.ArchX86
+	compatScmp, compatAudit := libseccomp.ArchX86, uint32(0x40000003)
 	if strings.Contains(string(scmpArchForGOARCH(runtime.GOARCH)), "AARCH64") {
 		foreign, compat = specs.ArchX86_64, specs.ArchARM
+		compatScmp, compatAudit = libseccomp.ArchARM, 0x40000028
 	}
-	if got := size(foreign); got != native {
-		t.Errorf("foreign architecture changed the program: %d vs %d bytes", got, native)
+	if got := prog(foreign); !bytes.Equal(got, native) {
+		t.Errorf("foreign architecture changed the program: %d vs %d bytes", len(got), len(native))
 	}
-	if got := size(compat); got <= native {
-		t.Errorf("compat architecture %s not added: %d vs %d bytes", compat, got, native)
+	// A compat architecture is added: its keyctl gets the rule's EPERM,
+	// where the native-only program kills a task of that architecture.
+	nr, err := libseccomp.GetSyscallFromNameByArch("keyctl", compatScmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &filterInput{nr: uint32(nr), arch: compatAudit}
+	if ret, ok := run(prog(compat), in); !ok || ret != retErrno|uint32(errnoEPERM) {
+		t.Errorf("compat architecture %s: keyctl returns %#x (%v), want EPERM", compat, ret, ok)
+	}
+	if ret, ok := run(native, in); !ok || ret != retKillProcess {
+		t.Errorf("native only: a %s keyctl returns %#x (%v), want kill", compat, ret, ok)
 	}
 }
 

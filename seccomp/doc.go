@@ -11,8 +11,13 @@
 //
 //   - Compile runs in the parent. It uses libseccomp (cgo) to turn a profile
 //     into a classic BPF program and returns the raw sock_filter bytes in a
-//     Program. Cache keeps compiled programs by profile hash so that repeated
-//     spawns with the same profile do not recompile.
+//     Program. For a single-architecture profile it also writes a smaller
+//     program itself (compact.go: the default profile's is about a third of
+//     libseccomp's, and loads in half the time) and uses it only when it
+//     decides as libseccomp's does on every syscall number and on argument
+//     values around every constant of the rules. Cache keeps compiled
+//     programs by profile hash so that repeated spawns with the same profile
+//     do not recompile.
 //   - Load runs in the sandbox init, on the locked OS thread that starts the
 //     command, right before the command is executed. It is pure Go (no cgo,
 //     no libseccomp): one seccomp(2) call on the bytes it is handed.
