@@ -775,13 +775,15 @@ func argVectors(rules []cRule) map[uint32][][6]uint64 {
 			set[x<<32|x&0xffffffff] = true
 		}
 	}
-	list := func(set map[uint64]bool) []uint64 {
+	// Each base set as a sorted list, once.
+	lists := make(map[key][]uint64, len(bases))
+	for k, set := range bases {
 		l := make([]uint64, 0, len(set))
 		for v := range set {
 			l = append(l, v)
 		}
 		sort.Slice(l, func(a, b int) bool { return l[a] < l[b] })
-		return l
+		lists[k] = l
 	}
 	out := map[uint32][][6]uint64{}
 	for _, r := range rules {
@@ -794,7 +796,8 @@ func argVectors(rules []cRule) map[uint32][][6]uint64 {
 		}
 		vecs := append(out[r.nr], sat)
 		for _, c := range r.args {
-			for _, x := range append(list(bases[key{r.nr, c.Index}]), own(c)...) {
+			base := lists[key{r.nr, c.Index}]
+			for _, x := range append(base[:len(base):len(base)], own(c)...) {
 				v := sat
 				v[c.Index] = x
 				vecs = append(vecs, v)
@@ -822,15 +825,13 @@ func argVectors(rules []cRule) map[uint32][][6]uint64 {
 		}
 	}
 	byNr := map[uint32][]key{}
-	for k := range bases {
+	for k := range lists {
 		byNr[k.nr] = append(byNr[k.nr], k)
 	}
 	for nr, keys := range byNr {
 		total := 1
-		lists := make([][]uint64, len(keys))
-		for i, k := range keys {
-			lists[i] = list(bases[k])
-			total *= len(lists[i])
+		for _, k := range keys {
+			total *= len(lists[k])
 		}
 		if total > 1<<14 {
 			continue
@@ -838,9 +839,10 @@ func argVectors(rules []cRule) map[uint32][][6]uint64 {
 		for n := 0; n < total; n++ {
 			var v [6]uint64
 			q := n
-			for i, k := range keys {
-				v[k.idx] = lists[i][q%len(lists[i])]
-				q /= len(lists[i])
+			for _, k := range keys {
+				l := lists[k]
+				v[k.idx] = l[q%len(l)]
+				q /= len(l)
 			}
 			out[nr] = append(out[nr], v)
 		}

@@ -238,7 +238,7 @@ func containsArch(list []libseccomp.ScmpArch, a libseccomp.ScmpArch) bool {
 func auditArch(a libseccomp.ScmpArch) (uint32, bool) {
 	switch a {
 	case libseccomp.ArchAMD64, libseccomp.ArchX32: // x32 numbers carry bit 30
-		return 0xc000003e, true
+		return auditArchX86_64, true
 	case libseccomp.ArchX86:
 		return 0x40000003, true
 	case libseccomp.ArchARM64:

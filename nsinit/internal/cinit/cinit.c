@@ -1596,22 +1596,28 @@ int ar_handover_allowed(const void *filter, size_t n, unsigned flags)
 	return handover_allowed(filter, n, flags);
 }
 
-static void loader_set(int state)
+/* word_set stores v in a futex word and wakes its waiter; word_wait
+ * blocks until the word is at least v. */
+static void word_set(volatile int *w, int v)
 {
-	__atomic_store_n(&loader.state, state, __ATOMIC_RELEASE);
-	(void)RAW(SYS_futex, &loader.state, FUTEX_WAKE_PRIVATE, 1);
+	__atomic_store_n(w, v, __ATOMIC_RELEASE);
+	(void)RAW(SYS_futex, w, FUTEX_WAKE_PRIVATE, 1);
 }
 
-/* loader_wait blocks until the loader's state is at least state. */
-static void loader_wait(int state)
+static void word_wait(volatile int *w, int v)
 {
 	for (;;) {
-		int s = __atomic_load_n(&loader.state, __ATOMIC_ACQUIRE);
-		if (s >= state)
+		int s = __atomic_load_n(w, __ATOMIC_ACQUIRE);
+		if (s >= v)
 			return;
-		(void)RAW(SYS_futex, &loader.state, FUTEX_WAIT_PRIVATE, s, NULL);
+		(void)RAW(SYS_futex, w, FUTEX_WAIT_PRIVATE, s, NULL);
 	}
 }
+
+static void loader_set(int state) { word_set(&loader.state, state); }
+
+/* loader_wait blocks until the loader's state is at least state. */
+static void loader_wait(int state) { word_wait(&loader.state, state); }
 
 static void loader_verify(struct loader *l);
 static void loader_release(struct loader *l);
@@ -1732,8 +1738,7 @@ static void net_main(void *arg)
 {
 	struct loader *l = arg;
 	loader_net(l);
-	__atomic_store_n(&l->net_done, 1, __ATOMIC_RELEASE);
-	(void)RAW(SYS_futex, &l->net_done, FUTEX_WAKE_PRIVATE, 1);
+	word_set(&l->net_done, 1);
 }
 #endif
 
@@ -1806,12 +1811,7 @@ static void await_net(void)
 		loader_net(&loader);
 		return;
 	}
-	for (;;) {
-		int d = __atomic_load_n(&loader.net_done, __ATOMIC_ACQUIRE);
-		if (d)
-			break;
-		(void)RAW(SYS_futex, &loader.net_done, FUTEX_WAIT_PRIVATE, d, NULL);
-	}
+	word_wait(&loader.net_done, 1);
 	wait_thread_gone(&loader.net_tid, loader.net_id);
 }
 
