@@ -4,7 +4,6 @@ package agentrun
 
 import (
 	"fmt"
-	"hash/fnv"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -137,14 +136,19 @@ func recordedHostInfo(p *Policy, r *hostRecorder) (*HostInfo, error) {
 // expressFor returns the express record's inputs for a spawn that ran with
 // these options, or nil when the express path could not give the same
 // outcome (see Options.Express). warned: a warning was printed.
-func expressFor(spec *specs.Spec, timeout int64, opts Options, rec *hostRecorder, cg *cgroups.Cgroup, warned bool) *nsinit.Express {
+//
+// The sandbox has either one v1 cgroup, in the pids hierarchy alone, with
+// a pids limit only, or none, for the reason und (set only then) gives.
+func expressFor(spec *specs.Spec, timeout int64, opts Options, rec *hostRecorder, cg *cgroups.Cgroup, und *cgroups.Undelegated, warned bool) *nsinit.Express {
 	if rec == nil || rec.unsupported || warned || timeout != 0 || !opts.SkipUsage || !opts.SkipViolations ||
 		opts.OnViolation != nil || !opts.KeepSignals || len(opts.ForwardSignals) == 0 || opts.StartAfter != nil ||
 		opts.Signals != nil || !nsinit.HasNamespace(spec, specs.PIDNamespace) {
 		return nil
 	}
-	// One v1 cgroup, in the pids hierarchy alone, with a pids limit only.
-	if cg == nil || cg.V2() || len(cg.Paths()) != 1 || !slices.Equal(cg.Controllers(0), []string{cgroups.Pids}) || cg.Record() == "" {
+	if cg == nil {
+		return expressUndelegated(spec, opts, rec, und)
+	}
+	if cg.V2() || len(cg.Paths()) != 1 || !slices.Equal(cg.Controllers(0), []string{cgroups.Pids}) || cg.Record() == "" {
 		return nil
 	}
 	pids := int64(cgroups.DefaultPidsLimit)
@@ -160,12 +164,10 @@ func expressFor(spec *specs.Spec, timeout int64, opts Options, rec *hostRecorder
 			pids = *r.Pids.Limit
 		}
 	}
-	self, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
+	hash := cg.CallerHash()
+	if hash == "" {
 		return nil
 	}
-	h := fnv.New64a()
-	h.Write(self)
 	x := &nsinit.Express{
 		StateDir:  filepath.Dir(cg.Record()),
 		CgroupDir: filepath.Dir(cg.Paths()[0]),
@@ -177,7 +179,38 @@ func expressFor(spec *specs.Spec, timeout int64, opts Options, rec *hostRecorder
 	if _, err := rec.lstat(filepath.Dir(x.CgroupDir)); err != nil || rec.unsupported {
 		return nil
 	}
-	x.Fingerprints = append(rec.lines(), fmt.Sprintf("C\t%016x", h.Sum64()))
+	x.Fingerprints = append(rec.lines(), "C\t"+hash)
+	return withSignals(x, opts)
+}
+
+// expressUndelegated is expressFor for a sandbox without a cgroup. Go
+// gives it none only because it could not make one, so the record holds
+// what made it so: the caller's cgroups ("C"), the pids hierarchy's mount
+// point and the caller's directory in it ("L"), and that directory's
+// writability ("A"). "C" is the read the cgroups Manager decided on: a
+// caller that moves meanwhile must not pair its new cgroups with the old
+// one's paths. Should any of them change, Go may now make a cgroup
+// with the default pids limit, and the express path stands aside.
+func expressUndelegated(spec *specs.Spec, opts Options, rec *hostRecorder, und *cgroups.Undelegated) *nsinit.Express {
+	if und == nil || spec.Linux == nil || spec.Linux.Resources != nil || !filepath.IsAbs(und.StateDir) ||
+		strings.ContainsAny(und.Caller, "\t\n\x00") {
+		return nil
+	}
+	hash := und.CallerHash
+	if hash == "" {
+		return nil
+	}
+	for _, p := range []string{und.Mount, und.Caller} {
+		if _, err := rec.lstat(p); err != nil || rec.unsupported {
+			return nil
+		}
+	}
+	x := &nsinit.Express{NoCgroup: true, StateDir: und.StateDir}
+	x.Fingerprints = append(rec.lines(), "C\t"+hash, fmt.Sprintf("A\t%s\t%d", und.Caller, int(und.Access)))
+	return withSignals(x, opts)
+}
+
+func withSignals(x *nsinit.Express, opts Options) *nsinit.Express {
 	for _, s := range opts.ForwardSignals {
 		sig, ok := s.(syscall.Signal)
 		if !ok {

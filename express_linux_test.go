@@ -3,10 +3,17 @@
 package agentrun
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/agentrun/agentrun/cgroups"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // TestHostRecorder: the recorded host reads give Compile the same answers
@@ -71,5 +78,47 @@ func TestHostRecorder(t *testing.T) {
 	_, _ = rec.lstat("/etc/passwd\nL\t/x\t-")
 	if !rec.unsupported {
 		t.Error("a path with a newline left the recording usable")
+	}
+}
+
+// TestExpressUndelegated: the record of a sandbox without a cgroup holds
+// the reason as the cgroups Manager decided it: its own read of the
+// caller's cgroups ("C", not a later one, which a caller that moved
+// meanwhile would pair with the old cgroup's paths), the hierarchy and the
+// caller's directory ("L") and the access check's answer ("A").
+func TestExpressUndelegated(t *testing.T) {
+	mount := t.TempDir()
+	caller := filepath.Join(mount, "user.slice")
+	if err := os.Mkdir(caller, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	und := &cgroups.Undelegated{Mount: mount, Caller: caller, Access: syscall.EACCES, StateDir: "/run/user/1000/agentrun/cgroups", CallerHash: "00000000deadbeef"}
+	spec := &specs.Spec{Linux: &specs.Linux{}}
+	opts := Options{ForwardSignals: []os.Signal{syscall.SIGTERM}}
+	x := expressUndelegated(spec, opts, &hostRecorder{}, und)
+	if x == nil || !x.NoCgroup || x.StateDir != und.StateDir || x.CgroupDir != "" || x.PidsMax != 0 {
+		t.Fatalf("record %+v, want no cgroup with state dir %s", x, und.StateDir)
+	}
+	want := []string{"C\t00000000deadbeef", fmt.Sprintf("A\t%s\t%d", caller, int(syscall.EACCES))}
+	for _, w := range want {
+		if !slices.Contains(x.Fingerprints, w) {
+			t.Errorf("fingerprints %q lack %q", x.Fingerprints, w)
+		}
+	}
+	for _, p := range []string{mount, caller} {
+		if !slices.ContainsFunc(x.Fingerprints, func(f string) bool { return strings.HasPrefix(f, "L\t"+p+"\t") }) {
+			t.Errorf("fingerprints %q lack an lstat of %s", x.Fingerprints, p)
+		}
+	}
+	if n := len(slices.DeleteFunc(slices.Clone(x.Fingerprints), func(f string) bool { return !strings.HasPrefix(f, "C\t") })); n != 1 {
+		t.Errorf("%d C fingerprints, want 1: %q", n, x.Fingerprints)
+	}
+	// Requested limits are never left out; no reason, no record.
+	limited := &specs.Spec{Linux: &specs.Linux{Resources: &specs.LinuxResources{}}}
+	if x := expressUndelegated(limited, opts, &hostRecorder{}, und); x != nil {
+		t.Errorf("a record for a spec with resources: %+v", x)
+	}
+	if x := expressUndelegated(spec, opts, &hostRecorder{}, nil); x != nil {
+		t.Errorf("a record without a reason: %+v", x)
 	}
 }

@@ -206,7 +206,7 @@ func TestDefaultPidsLimit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := &specs.Spec{Linux: &specs.Linux{Resources: &specs.LinuxResources{
 				Memory: &specs.LinuxMemory{Limit: &mem}, Pids: tc.pids}}}
-			cg, err := sandboxCgroup(spec, false)
+			cg, _, err := sandboxCgroup(spec, false)
 			if err != nil {
 				t.Fatal(err)
 			}

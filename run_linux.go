@@ -118,7 +118,10 @@ func forwarder(opts Options) (*nsinit.Forwarder, error) {
 // limitsOnly: nothing reads the usage, and the kernel ends the sandbox
 // through its PID namespace, so a v1 sandbox needs only the hierarchies
 // that enforce its limits (cgroups.Options.LimitsOnly).
-func sandboxCgroup(spec *specs.Spec, limitsOnly bool) (*cgroups.Cgroup, error) {
+//
+// und, set only with no cgroup, is that outcome's reason when the express
+// path can re-check it (cgroups.Undelegated).
+func sandboxCgroup(spec *specs.Spec, limitsOnly bool) (cg *cgroups.Cgroup, und *cgroups.Undelegated, err error) {
 	var requested *specs.LinuxResources
 	if spec.Linux != nil {
 		requested = spec.Linux.Resources
@@ -128,9 +131,9 @@ func sandboxCgroup(spec *specs.Spec, limitsOnly bool) (*cgroups.Cgroup, error) {
 	mgr, err := cgroups.NewManager(cgroups.Options{ScopeHolder: nsinit.HoldCommand, LimitsOnly: limitsOnly})
 	if err != nil {
 		if requested != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return nil, nil
+		return nil, nil, nil
 	}
 	// Leftovers of runtimes killed with SIGKILL; nothing to do is one ReadDir.
 	_, _ = mgr.Sweep()
@@ -151,17 +154,21 @@ func sandboxCgroup(spec *specs.Spec, limitsOnly bool) (*cgroups.Cgroup, error) {
 	// taken one): math/rand's generator, seeded by the runtime, costs no
 	// system call, where crypto/rand's first use sets up per-thread state.
 	id := fmt.Sprintf("sbx-%d-%016x", os.Getpid(), rand.Uint64())
-	cg, err := mgr.Create(id, res)
+	cg, err = mgr.Create(id, res)
 	var unusable *cgroups.UnusableError
 	if err != nil && errors.As(err, &unusable) && res != requested {
 		// The default cannot apply here (no usable pids controller):
 		// what was requested still must, and nothing else.
 		if requested == nil {
-			return nil, nil
+			if u, ok := mgr.Undelegated(); ok {
+				und = &u
+			}
+			return nil, und, nil
 		}
-		return mgr.Create(id, requested)
+		cg, err = mgr.Create(id, requested)
+		return cg, nil, err
 	}
-	return cg, err
+	return cg, nil, err
 }
 
 // rootTemplate returns spec with its root bound from a root template
@@ -279,14 +286,15 @@ func runSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 	// for it (CgroupReady).
 	type made struct {
 		cg    *cgroups.Cgroup
+		und   *cgroups.Undelegated
 		place *nsinit.CgroupPlacement
 		err   error
 	}
 	madeCh := make(chan made, 1)
 	go func() {
-		cg, err := sandboxCgroup(spec, opts.SkipUsage && nsinit.HasNamespace(spec, specs.PIDNamespace))
+		cg, und, err := sandboxCgroup(spec, opts.SkipUsage && nsinit.HasNamespace(spec, specs.PIDNamespace))
 		if err != nil || cg == nil {
-			madeCh <- made{err: err}
+			madeCh <- made{und: und, err: err}
 			return
 		}
 		tasks, err := cg.OpenTasks()
@@ -345,7 +353,8 @@ func runSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 	}
 	if rec != nil && ctx.Done() == nil {
 		cfg.Express = func() *nsinit.Express {
-			return expressFor(spec, int64(timeout), opts, rec, cgroup().cg, warned.Load())
+			m := cgroup()
+			return expressFor(spec, int64(timeout), opts, rec, m.cg, m.und, warned.Load())
 		}
 	}
 	// Reports are collected unless the caller skips them; the listener

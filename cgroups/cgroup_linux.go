@@ -34,6 +34,8 @@ type Cgroup struct {
 	dirs   []cgDir
 	record string // state record path; "" when not recorded
 	log    *slog.Logger
+	// callerHash is the creating Manager's CallerHash.
+	callerHash string
 
 	mu      sync.Mutex
 	fd      int // v2 directory fd for CLONE_INTO_CGROUP; -1 when closed or v1
@@ -71,6 +73,10 @@ func (c *Cgroup) Controllers(i int) []string { return slices.Clone(c.dirs[i].con
 // Record is the state record that lets a later Sweep remove this cgroup
 // when its runtime dies; "" when there is none.
 func (c *Cgroup) Record() string { return c.record }
+
+// CallerHash is the creating Manager's CallerHash: FNV-1a 64 of the
+// /proc/self/cgroup the cgroup's place was derived from.
+func (c *Cgroup) CallerHash() string { return c.callerHash }
 
 // FD returns an open O_DIRECTORY descriptor of the v2 cgroup for
 // SysProcAttr{UseCgroupFD: true, CgroupFD: fd}: clone3 CLONE_INTO_CGROUP

@@ -36,6 +36,7 @@ func (m *Manager) Sweep() (int, error)                                   { retur
 
 func (c *Cgroup) ID() string               { return "" }
 func (c *Cgroup) V2() bool                 { return false }
+func (c *Cgroup) CallerHash() string       { return "" }
 func (c *Cgroup) Paths() []string          { return nil }
 func (c *Cgroup) FD() int                  { return -1 }
 func (c *Cgroup) Add(int) error            { return ErrUnsupported }

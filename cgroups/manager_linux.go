@@ -5,6 +5,7 @@ package cgroups
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -68,8 +69,12 @@ type Manager struct {
 	euid     int
 	parent   string
 	stateDir string
-	log      *slog.Logger
-	self     owner
+	// pcHash is FNV-1a 64 (hex) of the /proc/self/cgroup that lay was
+	// derived from: the express path's "C" fingerprint must be the read
+	// the decisions were made on, not a later one.
+	pcHash string
+	log    *slog.Logger
+	self   owner
 	// sdEndpoints are where the caller's systemd user manager may listen
 	// (rootless only), for transient scopes; sdTimeout bounds each talk.
 	sdEndpoints []sdbus.Endpoint
@@ -104,8 +109,11 @@ func NewManager(opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	h := fnv.New64a()
+	h.Write(pc)
 	m := &Manager{
 		lay:      lay,
+		pcHash:   fmt.Sprintf("%016x", h.Sum64()),
 		euid:     os.Geteuid(),
 		parent:   opts.Parent,
 		stateDir: opts.StateDir,
@@ -154,6 +162,50 @@ func ownerOf(pid int) (owner, error) {
 
 // Mode is the host's cgroup mode, detected once by NewManager.
 func (m *Manager) Mode() Mode { return m.lay.mode }
+
+// Undelegated is the one reason for having no cgroup that a caller can
+// re-check cheaply before each spawn: on a host whose driver is v1, the
+// pids hierarchy is mounted and the caller may not create cgroups in it
+// (a rootless caller on a v1 or hybrid host). The express path records
+// it as fingerprints (agentrun's expressFor) and stands aside once any of
+// them changes.
+type Undelegated struct {
+	// Mount is the pids hierarchy's mount point; Caller the caller's
+	// cgroup directory in it.
+	Mount, Caller string
+	// Access is faccessat(Caller, W_OK, AT_EACCESS)'s error, never nil.
+	Access unix.Errno
+	// StateDir holds the records Sweep reads.
+	StateDir string
+	// CallerHash is the Manager's CallerHash.
+	CallerHash string
+}
+
+// CallerHash is FNV-1a 64, in hex, of the /proc/self/cgroup this Manager
+// read: the caller's cgroups every path it derives depends on.
+func (m *Manager) CallerHash() string { return m.pcHash }
+
+// Undelegated returns why Create cannot give this caller a pids limit,
+// when the reason is the v1 pids hierarchy's permissions, and false for
+// every other state of the host (including one that can).
+func (m *Manager) Undelegated() (Undelegated, bool) {
+	if !m.lay.useV1 {
+		return Undelegated{}, false
+	}
+	i := slices.IndexFunc(m.lay.v1, func(h hierarchy) bool { return h.has(Pids) })
+	if i < 0 {
+		return Undelegated{}, false
+	}
+	h := m.lay.v1[i]
+	if m.v1Problem(h) == nil {
+		return Undelegated{}, false
+	}
+	var errno unix.Errno
+	if !errors.As(writable(h.caller), &errno) || errno == 0 {
+		return Undelegated{}, false
+	}
+	return Undelegated{Mount: h.mount, Caller: h.caller, Access: errno, StateDir: m.stateDir, CallerHash: m.pcHash}, true
+}
 
 // plan is where a new cgroup would go: one entry per hierarchy.
 type plan struct {
@@ -453,7 +505,7 @@ func (m *Manager) Create(id string, res *specs.LinuxResources) (*Cgroup, error) 
 	if p.scope != nil {
 		return m.createScope(id, p, l)
 	}
-	cg := &Cgroup{id: id, v2: p.v2, fd: -1, log: m.log}
+	cg := &Cgroup{id: id, v2: p.v2, fd: -1, log: m.log, callerHash: m.pcHash}
 	rec := record{
 		Version: 1, ID: id, Parent: m.parent, V2: p.v2,
 		OwnerPID: m.self.pid, OwnerStart: m.self.start, OwnerPidNS: m.self.pidns,

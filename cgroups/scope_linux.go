@@ -175,7 +175,7 @@ func (m *Manager) createScope(id string, p plan, l limits) (_ *Cgroup, err error
 	if err != nil {
 		return nil, err
 	}
-	cg := &Cgroup{id: id, v2: true, fd: -1, log: m.log, record: recPath}
+	cg := &Cgroup{id: id, v2: true, fd: -1, log: m.log, record: recPath, callerHash: m.pcHash}
 	s := &scope{m: m, unit: unit, rec: rec}
 	cg.scope = s
 	defer func() {

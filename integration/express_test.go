@@ -4,6 +4,7 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,7 +42,12 @@ func expressCaller(t *testing.T) {
 // what the express path said ("used", "off <why>", or "" for nothing).
 func expressSpawn(t *testing.T, cfg spawnCfg, command ...string) (runResult, string) {
 	t.Helper()
-	trace := filepath.Join(tempDir(t), "trace")
+	dir := cfg.traceDir
+	if dir == "" {
+		dir = tempDir(t)
+	}
+	trace := filepath.Join(dir, "trace")
+	_ = os.Remove(trace)
 	cfg.env = append(cfg.env, "AGENTRUN_EXPRESS_TRACE="+trace)
 	r := spawn(t, cfg, command...)
 	b, _ := os.ReadFile(trace)
@@ -73,18 +79,8 @@ func TestExpress(t *testing.T) {
 	warmExpress(t, cfg)
 
 	t.Run("controls", func(t *testing.T) {
-		r, said := expressSpawn(t, cfg, "/bin/sh", "-c", "echo out; echo err >&2; echo landed > /workspace/express-file; exit 7")
-		if said != "used" {
-			t.Fatalf("express path not taken: %q\n%s", said, r)
-		}
-		mustExit(t, r, 7, "exit 7 through the express path")
-		if r.stdout != "out\n" || r.stderr != "err\n" {
-			t.Errorf("stdio through the express path: stdout %q stderr %q, want \"out\\n\" and \"err\\n\"", r.stdout, r.stderr)
-		}
-		if b, err := os.ReadFile(filepath.Join(ws, "express-file")); err != nil || string(b) != "landed\n" {
-			t.Errorf("workspace write did not land: %q %v", b, err)
-		}
-		r, said = expressSpawn(t, cfg, "no-such-command-xyz")
+		expressStdioAndWrite(t, cfg)
+		r, said := expressSpawn(t, cfg, "no-such-command-xyz")
 		if said != "used" {
 			t.Fatalf("express path not taken: %q", said)
 		}
@@ -292,6 +288,7 @@ func TestExpressStaleHostInputs(t *testing.T) {
 		if err := os.Rename(ws, ws+".gone"); err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { removeAll(t, ws+".gone") })
 		if err := os.Symlink(secretDir, ws); err != nil {
 			t.Fatal(err)
 		}
@@ -454,4 +451,205 @@ func TestExpressLeavesNoOrphans(t *testing.T) {
 		var ws syscall.WaitStatus
 		_, _ = syscall.Wait4(k, &ws, 0, nil)
 	}
+}
+
+// expressStdioAndWrite is the positive control of an express spawn with
+// cfg: its exit status, stdio and a workspace write.
+func expressStdioAndWrite(t *testing.T, cfg spawnCfg) {
+	t.Helper()
+	r, said := expressSpawn(t, cfg, "/bin/sh", "-c", "echo out; echo err >&2; echo landed > /workspace/express-file; exit 7")
+	if said != "used" {
+		t.Fatalf("express path not taken: %q\n%s", said, r)
+	}
+	mustExit(t, r, 7, "exit 7 through the express path")
+	if r.stdout != "out\n" || r.stderr != "err\n" {
+		t.Errorf("stdio through the express path: stdout %q stderr %q, want \"out\\n\" and \"err\\n\"", r.stdout, r.stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(cfg.ws, "express-file")); err != nil || string(b) != "landed\n" {
+		t.Errorf("workspace write did not land: %q %v", b, err)
+	}
+}
+
+// TestExpressWithoutCgroup: a rootless caller on a v1 host may not write
+// the pids hierarchy, so Go runs its sandboxes without a cgroup (limits
+// "none"), and the express path then does the same. Whether a cgroup can
+// be made is a host input like any other: once the caller's pids cgroup is
+// delegated to it, Go gives the sandbox the default pids limit, and the
+// express path must not go on without one.
+func TestExpressWithoutCgroup(t *testing.T) {
+	if b := os.Getenv("AGENTRUN_INIT"); b != "" && b != "c" {
+		t.Skipf("the express path starts the C init; this run selects the %s init (AGENTRUN_INIT)", b)
+	}
+	if !exists("/sys/fs/cgroup/pids/tasks") {
+		t.Skip("needs a cgroup v1 pids hierarchy at /sys/fs/cgroup/pids (rootless callers on cgroup v2 get a delegated scope instead)")
+	}
+	// rootless returns the caller's configuration and ids: this user when
+	// not root, else the unprivileged test user.
+	rootless := func(t *testing.T) (spawnCfg, int, int) {
+		t.Helper()
+		if !isRoot() {
+			return spawnCfg{}, os.Geteuid(), os.Getegid()
+		}
+		u := testUser(t)
+		if u == nil {
+			t.Skipf("no unprivileged test user ($%s)", envTestUser)
+		}
+		sys := credential(t, u)
+		return spawnCfg{sys: sys}, int(sys.Credential.Uid), int(sys.Credential.Gid)
+	}
+	// setup gives a fresh rootless caller a workspace and runtime
+	// directory, and checks that Go gives its sandbox no cgroup.
+	setup := func(t *testing.T, cfg spawnCfg, uid, gid int) spawnCfg {
+		t.Helper()
+		cfg.ws = newWorkspace(t)
+		chownTree(t, cfg.ws, uid, gid)
+		cfg.env = append(cfg.env, "XDG_RUNTIME_DIR="+privateDir(t, uid, gid))
+		cfg.traceDir = privateDir(t, uid, gid)
+		res := filepath.Join(privateDir(t, uid, gid), "result.json")
+		c := cfg
+		c.flags = append(c.flags, "--result", res)
+		r := spawn(t, c, "/bin/true")
+		mustExit(t, r, 0, "a rootless spawn")
+		if got := readResult(t, res, r); got.Limits != "none" {
+			t.Skipf("this caller's sandboxes get a cgroup here (limits %q): nothing to check without one", got.Limits)
+		}
+		return cfg
+	}
+
+	t.Run("controls", func(t *testing.T) {
+		cfg, uid, gid := rootless(t)
+		cfg = setup(t, cfg, uid, gid)
+		warmExpress(t, cfg)
+		expressStdioAndWrite(t, cfg)
+		if uid2, _ := fileOwner(t, filepath.Join(cfg.ws, "express-file")); uid2 != uid {
+			t.Errorf("workspace write owned by host uid %d, want the caller's %d", uid2, uid)
+		}
+		// The isolation is the one Go builds: the host's processes and
+		// network are out of sight.
+		r, said := expressSpawn(t, cfg, "/bin/sh", "-c", "ls /proc | grep -c '^[0-9]'; cat /proc/net/dev | grep -c :")
+		if said != "used" {
+			t.Fatalf("express path not taken: %q", said)
+		}
+		mustExit(t, r, 0, "count processes and interfaces")
+		if f := strings.Fields(r.stdout); len(f) != 2 || f[1] != "1" {
+			t.Errorf("SANDBOX ESCAPE: the sandbox sees more than lo (interfaces, then processes):\n%s", r)
+		} else if n, _ := strconv.Atoi(f[0]); n > 4 {
+			t.Errorf("SANDBOX ESCAPE: the sandbox sees %d processes; its PID namespace holds only the init, sh and its children:\n%s", n, r)
+		}
+	})
+
+	// The caller's own pids cgroup is made here, root's and out of the
+	// caller's reach until the case delegates it: by owner (which lstat
+	// sees) or through a supplementary group (which only the access check
+	// sees; the key does not hold groups).
+	const group = 4242
+	for _, tc := range []struct {
+		name     string
+		prepare  func(cg string) error
+		delegate func(t *testing.T, cg string, uid, gid int) (groups string)
+	}{
+		{"chowned to the caller", func(string) error { return nil },
+			func(t *testing.T, cg string, uid, gid int) string {
+				for _, p := range []string{cg, filepath.Join(cg, "tasks"), filepath.Join(cg, "cgroup.procs")} {
+					if err := os.Chown(p, uid, gid); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return "--clear-groups"
+			}},
+		{"writable through a supplementary group", func(cg string) error {
+			if err := os.Chown(cg, 0, group); err != nil {
+				return err
+			}
+			return os.Chmod(cg, 0o775)
+		}, func(*testing.T, string, int, int) string { return fmt.Sprintf("--groups=%d", group) }},
+	} {
+		t.Run("stands aside once the pids cgroup is "+tc.name, func(t *testing.T) {
+			if !isRoot() {
+				t.Skip("needs root: makes a pids cgroup for the rootless caller and delegates it (the suite's root run covers this)")
+			}
+			if _, err := exec.LookPath("setpriv"); err != nil {
+				t.Skip("needs setpriv(1) (util-linux) to start the rootless caller in a cgroup")
+			}
+			cfg, uid, gid := rootless(t)
+			cg, err := os.MkdirTemp("/sys/fs/cgroup/pids", "agentrun-it-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { removeCgroup(t, cg) })
+			if err := os.Chmod(cg, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.prepare(cg); err != nil {
+				t.Fatal(err)
+			}
+			// wrapper starts agentrun as the caller, in cg, with groups.
+			dir := tempDir(t)
+			wrapper := func(groups string) string {
+				w := filepath.Join(dir, "agentrun-in-cgroup"+groups)
+				writeFile(t, w, fmt.Sprintf("#!/bin/sh\necho $$ > %s/cgroup.procs && exec setpriv --reuid=%d --regid=%d %s -- %s \"$@\"\n",
+					cg, uid, gid, groups, agentrunBin), 0o755)
+				return w
+			}
+			cfg.sys, cfg.bin = nil, wrapper("--clear-groups")
+			cfg = setup(t, cfg, uid, gid)
+			warmExpress(t, cfg)
+
+			cfg.bin = wrapper(tc.delegate(t, cg, uid, gid))
+			trace := filepath.Join(cfg.traceDir, "trace")
+			_ = os.Remove(trace)
+			c := cfg
+			c.env = append(c.env, "AGENTRUN_EXPRESS_TRACE="+trace)
+			run := startSpawn(t, c, "/bin/sleep", "30")
+			// SIGTERM reaches sleep, and agentrun removes its cgroup.
+			defer func() { _ = run.cmd.Process.Signal(syscall.SIGTERM); run.wait() }()
+			said := strings.TrimSpace(waitContent(t, trace))
+			if said != "express: off "+cg {
+				t.Errorf("express path said %q, want it off at %s", said, cg)
+			}
+			// Go, which runs the spawn instead, now gives it a cgroup with
+			// the default pids limit, below the caller's.
+			var leaf string
+			for deadline := time.Now().Add(10 * time.Second); leaf == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				for _, d := range subdirsDeepestFirst(cg) {
+					if strings.HasPrefix(filepath.Base(d), "sbx-") {
+						leaf = d
+					}
+				}
+			}
+			if leaf == "" {
+				t.Fatalf("SANDBOX ESCAPE: with the pids cgroup delegated, the sandbox runs without a cgroup of its own under %s", cg)
+			}
+			if b, err := os.ReadFile(filepath.Join(leaf, "pids.max")); err != nil || strings.TrimSpace(string(b)) != "4096" {
+				t.Errorf("pids.max of %s: %q %v, want the default 4096", leaf, b, err)
+			}
+		})
+	}
+}
+
+// removeCgroup removes a v1 cgroup directory and those below it, waiting
+// for tasks that are still exiting.
+func removeCgroup(t *testing.T, cg string) {
+	for _, d := range subdirsDeepestFirst(cg) {
+		err := syscall.Rmdir(d)
+		for deadline := time.Now().Add(5 * time.Second); err == syscall.EBUSY && time.Now().Before(deadline); err = syscall.Rmdir(d) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err != nil && err != syscall.ENOENT {
+			t.Errorf("cleanup: rmdir %s: %v", d, err)
+		}
+	}
+}
+
+// subdirsDeepestFirst lists dir and every directory below it, children
+// first, so that rmdir can go down the list.
+func subdirsDeepestFirst(dir string) []string {
+	var out []string
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if e.IsDir() {
+			out = append(out, subdirsDeepestFirst(filepath.Join(dir, e.Name()))...)
+		}
+	}
+	return append(out, dir)
 }

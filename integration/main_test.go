@@ -329,6 +329,9 @@ type spawnCfg struct {
 	dir string
 	// sys overrides the process attributes (credentials, controlling tty).
 	sys *syscall.SysProcAttr
+	// traceDir is where expressSpawn writes its trace: a fresh directory
+	// when empty, which a rootless caller could not write.
+	traceDir string
 	// stdout/stderr, when set, receive the output instead of the buffers.
 	stdout, stderr io.Writer
 	// guard is the hang guard (default 60 s): past it the run is killed

@@ -12,7 +12,8 @@ type Express struct {
 	// UID GID SIZE DEV INO" (tab-separated; SIZE of regular files only,
 	// else 0), "R\tPATH\tTARGET" (readlink), "E\tPATH\tRESOLVED" or
 	// "E\tPATH\t-" (every symlink resolved, or failing), "C\tHASH" (FNV-1a
-	// 64 of /proc/self/cgroup, hex).
+	// 64 of /proc/self/cgroup, hex), "A\tPATH\tERRNO" (faccessat W_OK with
+	// AT_EACCESS: 0, or the errno it fails with).
 	Fingerprints []string
 	// Signals are forwarded to the init from its start until its exit.
 	Signals []int
@@ -20,4 +21,8 @@ type Express struct {
 	// PidsMax, recorded for Sweep in StateDir under parent CgroupParent.
 	StateDir, CgroupParent, CgroupDir string
 	PidsMax                           int64
+	// NoCgroup: the sandbox runs without a cgroup, as Go ran it, for the
+	// reason the fingerprints hold; StateDir alone is set, for the
+	// records a sweep would remove first.
+	NoCgroup bool
 }

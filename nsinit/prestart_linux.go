@@ -241,8 +241,14 @@ const expressSuffix = ".express"
 // one per line, fields separated by tabs. Nil when a value cannot be
 // written that way.
 func expressRecord(imageSum uint64, release []byte, x *Express) []byte {
-	if x.PidsMax <= 0 || len(x.Signals) == 0 || !filepath.IsAbs(x.StateDir) || !filepath.IsAbs(x.CgroupDir) ||
-		x.CgroupParent == "" || strings.Contains(x.CgroupParent, "/") {
+	if len(x.Signals) == 0 || !filepath.IsAbs(x.StateDir) {
+		return nil
+	}
+	if x.NoCgroup {
+		if x.PidsMax != 0 || x.CgroupDir != "" || x.CgroupParent != "" {
+			return nil
+		}
+	} else if x.PidsMax <= 0 || !filepath.IsAbs(x.CgroupDir) || x.CgroupParent == "" || strings.Contains(x.CgroupParent, "/") {
 		return nil
 	}
 	for _, f := range []string{x.StateDir, x.CgroupParent, x.CgroupDir} {
@@ -255,7 +261,12 @@ func expressRecord(imageSum uint64, release []byte, x *Express) []byte {
 	for _, s := range x.Signals {
 		fmt.Fprintf(&b, " %d", s)
 	}
-	fmt.Fprintf(&b, "\ncgroup\t%s\t%s\t%s\t%d\nrelease %s\n", x.StateDir, x.CgroupParent, x.CgroupDir, x.PidsMax, hex.EncodeToString(release))
+	if x.NoCgroup {
+		fmt.Fprintf(&b, "\nno-cgroup\t%s", x.StateDir)
+	} else {
+		fmt.Fprintf(&b, "\ncgroup\t%s\t%s\t%s\t%d", x.StateDir, x.CgroupParent, x.CgroupDir, x.PidsMax)
+	}
+	fmt.Fprintf(&b, "\nrelease %s\n", hex.EncodeToString(release))
 	for _, f := range x.Fingerprints {
 		if strings.ContainsAny(f, "\n\x00") {
 			return nil

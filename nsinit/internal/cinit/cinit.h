@@ -305,8 +305,9 @@ int ar_open_cached(const char *dir, const char *name, uid_t euid, struct stat *s
  *	image <the image's checksum, 16 hex digits>
  *	signals <forwarded signal numbers, each after a space>
  *	cgroup\t<state dir>\t<parent name>\t<parent cgroup dir>\t<pids.max>
+ *	  or, for a sandbox Go ran without a cgroup: no-cgroup\t<state dir>
  *	release <the release message, hex>
- *	<fingerprints: L, R, E and C lines, nsinit.Express>
+ *	<fingerprints: L, R, E, C and A lines, nsinit.Express>
  *	end
  * ar_express_open opens the record of the image dir/name (ar_open_cached),
  * -1 when there is none or AGENTRUN_EXPRESS turns the path off; ar_prestart

@@ -36,6 +36,13 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
+#ifndef SYS_faccessat2
+#error "the C library's headers lack SYS_faccessat2 (Linux 5.8): the express path's A fingerprints need it"
+#endif
+#ifndef AT_EACCESS
+#define AT_EACCESS 0x200
+#endif
+
 #define EXPRESS_SUFFIX ".express"
 #define EXIT_SETUP 125
 #define EXPRESS_MAX (256 << 10)
@@ -48,6 +55,7 @@ struct express {
 	int sigs[AR_SIGFWD_MAX], nsigs;
 	char *state_dir, *cg_parent, *cg_dir;
 	long long pids_max;
+	int no_cgroup; /* "no-cgroup": state_dir alone is set */
 	unsigned char release[AR_RELEASE_MAX];
 	size_t release_len;
 	char *prints; /* the first fingerprint line */
@@ -108,6 +116,23 @@ static int parse_u64(const char *s, int base, unsigned long long *v)
 	return errno || *end ? -1 : 0;
 }
 
+/* parse_cgroup reads the fields after "cgroup". */
+static int parse_cgroup(struct express *x, char *rest)
+{
+	char *l;
+	unsigned long long v;
+	x->state_dir = field(rest, &rest);
+	x->cg_parent = field(rest, &rest);
+	x->cg_dir = field(rest, &rest);
+	if (!rest || field(rest, &l) == NULL || l || parse_u64(rest, 10, &v) < 0 || v == 0 || v > LLONG_MAX)
+		return -1;
+	x->pids_max = (long long)v;
+	if (!x->state_dir || x->state_dir[0] != '/' || !x->cg_dir || x->cg_dir[0] != '/' || !x->cg_parent ||
+	    !x->cg_parent[0] || strchr(x->cg_parent, '/') || strcmp(x->cg_parent, ".") == 0 || strcmp(x->cg_parent, "..") == 0)
+		return -1;
+	return 0;
+}
+
 /* parse reads the header lines (cinit.h). */
 static int parse(struct express *x)
 {
@@ -132,17 +157,19 @@ static int parse(struct express *x)
 		x->sigs[x->nsigs++] = (int)sig;
 		s = end;
 	}
-	if (!(l = next_line(x, &at)) || strcmp(field(l, &rest), "cgroup") != 0)
+	if (!(l = next_line(x, &at)))
 		return -1;
-	x->state_dir = field(rest, &rest);
-	x->cg_parent = field(rest, &rest);
-	x->cg_dir = field(rest, &rest);
-	if (!rest || field(rest, &l) == NULL || l || parse_u64(rest, 10, &v) < 0 || v == 0 || v > LLONG_MAX)
+	const char *kind = field(l, &rest);
+	if (kind && strcmp(kind, "no-cgroup") == 0) {
+		x->no_cgroup = 1;
+		x->state_dir = field(rest, &rest);
+		if (rest || !x->state_dir || x->state_dir[0] != '/')
+			return -1;
+	} else if (!kind || strcmp(kind, "cgroup") != 0) {
 		return -1;
-	x->pids_max = (long long)v;
-	if (!x->state_dir || x->state_dir[0] != '/' || !x->cg_dir || x->cg_dir[0] != '/' || !x->cg_parent ||
-	    !x->cg_parent[0] || strchr(x->cg_parent, '/') || strcmp(x->cg_parent, ".") == 0 || strcmp(x->cg_parent, "..") == 0)
+	} else if (parse_cgroup(x, rest) < 0) {
 		return -1;
+	}
 	if (!(l = next_line(x, &at)) || strncmp(l, "release ", 8) != 0)
 		return -1;
 	size_t hl = strlen(l + 8);
@@ -163,6 +190,18 @@ static int parse(struct express *x)
 			       (x->len == 4 || x->text[x->len - 5] == '\n')
 		       ? 0
 		       : -1;
+}
+
+/* access_w answers as Go's unix.Faccessat(path, W_OK, AT_EACCESS), which
+ * cgroups' writable calls: 0 or the errno. Where Go would emulate the
+ * call in user space (faccessat2 failing with ENOSYS or EPERM), -1: the
+ * answers could differ, so the fingerprint does not hold. */
+static int access_w(const char *path)
+{
+	long r = syscall(SYS_faccessat2, AT_FDCWD, path, W_OK, AT_EACCESS);
+	if (r == 0)
+		return 0;
+	return errno == ENOSYS || errno == EPERM ? -1 : errno;
 }
 
 /* check_print: does one fingerprint line still hold? detail gets the
@@ -224,6 +263,11 @@ static int check_print(char *line, const char **detail)
 		if (strcmp(rest, "-") == 0)
 			return !ok;
 		return ok && strcmp(t, rest) == 0;
+	}
+	if (strcmp(kind, "A") == 0) {
+		unsigned long long want;
+		int got = access_w(path);
+		return got >= 0 && parse_u64(rest, 10, &want) == 0 && want == (unsigned long long)got;
 	}
 	return 0;
 }
@@ -346,6 +390,8 @@ static void cg_remove(const struct express *x, struct cg *c)
 	if (c->tasks >= 0)
 		close(c->tasks);
 	c->tasks = -1;
+	if (x->no_cgroup)
+		return;
 	if (c->have_leaf) {
 		/* The PID namespace is gone with the init, so the cgroup is
 		 * empty; the kernel may take a moment to drop its last task. */
@@ -568,16 +614,23 @@ static _Noreturn void run(const struct express *x, struct cg *c, const struct ar
 	} ctl;
 	memset(&ctl, 0, sizeof ctl);
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b, .msg_controllen = sizeof ctl.b};
-	struct cmsghdr *h = CMSG_FIRSTHDR(&mh);
-	h->cmsg_level = SOL_SOCKET;
-	h->cmsg_type = SCM_RIGHTS;
-	h->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(h), &c->tasks, sizeof(int));
+	if (c->tasks >= 0) {
+		struct cmsghdr *h = CMSG_FIRSTHDR(&mh);
+		h->cmsg_level = SOL_SOCKET;
+		h->cmsg_type = SCM_RIGHTS;
+		h->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(h), &c->tasks, sizeof(int));
+	} else {
+		/* No cgroup: the release alone, as Go sends it then. */
+		mh.msg_control = NULL;
+		mh.msg_controllen = 0;
+	}
 	ssize_t sent;
 	do
 		sent = sendmsg(sock, &mh, MSG_NOSIGNAL);
 	while (sent < 0 && errno == EINTR);
-	close(c->tasks);
+	if (c->tasks >= 0)
+		close(c->tasks);
 	c->tasks = -1;
 
 	const char *t = read_report(sock, buf, sizeof buf);
@@ -678,12 +731,17 @@ int ar_express(const struct ar_image *img, int fd, const struct stat *st, uid_t 
 		return 1;
 	}
 	x.self_ns = (unsigned long long)ns.st_ino;
-	if (!private_dir(x.state_dir, euid) || records_left(x.state_dir, x.self_ns)) {
+	/* A sandbox without a cgroup never made the state directory; one
+	 * that is missing holds no records. */
+	struct stat sd;
+	int no_dir = x.no_cgroup && lstat(x.state_dir, &sd) < 0 && errno == ENOENT;
+	if (!no_dir && (!private_dir(x.state_dir, euid) || records_left(x.state_dir, x.self_ns))) {
 		trace("off", "cgroup records to sweep");
 		return 1;
 	}
 	static struct cg c;
-	if (cg_create(&x, &c) < 0) {
+	c.tasks = -1;
+	if (!x.no_cgroup && cg_create(&x, &c) < 0) {
 		cg_remove(&x, &c);
 		trace("off", "cgroup");
 		return 1;
