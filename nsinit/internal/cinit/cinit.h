@@ -266,6 +266,11 @@ int ar_handover_allowed(const void *filter, size_t n, unsigned flags);
 /* The environment variables whose values are part of the key. */
 const char *const *ar_prestart_pass_env(void);
 struct ar_prestart ar_prestart_take(void);
+/* ar_prestart_take_unreaped is ar_prestart_take for the express path: a
+ * starter that succeeded is killed but left unreaped, its pid in *starter
+ * (else -1), so that its exit is waited for once the release is sent,
+ * when it costs the spawn nothing. */
+struct ar_prestart ar_prestart_take_unreaped(int *starter);
 
 /* Shared by prestart.c and express.c. FNV-1a 64 of p, continuing h
  * (AR_FNV_OFFSET to start). */

@@ -18,7 +18,6 @@
 #define _GNU_SOURCE
 #include "cinit.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -353,16 +352,31 @@ static int record_live(int dfd, const char *name, unsigned long long self_ns)
  * sandboxes that run are no reason to stand aside. */
 static int records_left(const char *dir, unsigned long long self_ns)
 {
-	DIR *d = opendir(dir);
-	if (!d)
+	/* getdents64 into a static buffer: opendir's allocation costs this
+	 * spawn more than the (usually empty) directory's read. */
+	static char buf[8192];
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
 		return errno != ENOENT;
 	int found = 0;
-	for (struct dirent *e; !found && (e = readdir(d));) {
-		size_t n = strlen(e->d_name);
-		found = n > 5 && strcmp(e->d_name + n - 5, ".json") == 0 &&
-			!record_live(dirfd(d), e->d_name, self_ns);
+	long n;
+	while (!found && (n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0) {
+		for (long at = 0; !found && at < n;) {
+			struct dirent64_raw {
+				unsigned long long ino;
+				long long off;
+				unsigned short reclen;
+				unsigned char type;
+				char name[];
+			} *e = (struct dirent64_raw *)(buf + at);
+			size_t len = strlen(e->name);
+			found = len > 5 && strcmp(e->name + len - 5, ".json") == 0 && !record_live(fd, e->name, self_ns);
+			at += e->reclen;
+		}
 	}
-	closedir(d);
+	if (n < 0)
+		found = 1; /* unreadable: let Go look */
+	close(fd);
 	return found;
 }
 
@@ -598,7 +612,7 @@ static _Noreturn void finish(const struct express *x, struct cg *c, int pid, con
 	_exit(sig ? 128 + sig : code);
 }
 
-static _Noreturn void run(const struct express *x, struct cg *c, const struct ar_prestart *pre)
+static _Noreturn void run(const struct express *x, struct cg *c, const struct ar_prestart *pre, int starter)
 {
 	/* Static: no stack probes over 25 KiB (cinit.c, big_locals). */
 	static char buf[16384], step[256], err[4096], msg[4608];
@@ -632,6 +646,10 @@ static _Noreturn void run(const struct express *x, struct cg *c, const struct ar
 	if (c->tasks >= 0)
 		close(c->tasks);
 	c->tasks = -1;
+	/* The starter's exit, which the release did not wait for. */
+	if (starter > 0)
+		while (waitpid(starter, NULL, 0) < 0 && errno == EINTR)
+			;
 
 	const char *t = read_report(sock, buf, sizeof buf);
 	if (!t) {
@@ -753,7 +771,8 @@ int ar_express(const struct ar_image *img, int fd, const struct stat *st, uid_t 
 		trace("off", "signals");
 		return 1;
 	}
-	struct ar_prestart pre = ar_prestart_take();
+	int starter;
+	struct ar_prestart pre = ar_prestart_take_unreaped(&starter);
 	if (pre.state != AR_PRESTART_STARTED) {
 		cg_remove(&x, &c);
 		ar_prestart_put_back(&pre);
@@ -770,5 +789,5 @@ int ar_express(const struct ar_image *img, int fd, const struct stat *st, uid_t 
 		return 1;
 	}
 	trace("used", NULL);
-	run(&x, &c, &pre);
+	run(&x, &c, &pre, starter);
 }

@@ -929,12 +929,28 @@ static int lost_init(void)
 	return found;
 }
 
+static struct ar_prestart take(int *unreaped);
+
 void ar_prestart_put_back(const struct ar_prestart *r)
 {
 	result = *r;
 }
 
 struct ar_prestart ar_prestart_take(void)
+{
+	return take(NULL);
+}
+
+struct ar_prestart ar_prestart_take_unreaped(int *starter)
+{
+	*starter = -1;
+	return take(starter);
+}
+
+/* take is ar_prestart_take; with unreaped set, a starter that succeeded
+ * is killed (a no-op for one that is exiting) and its pid stored there
+ * instead of reaped. */
+static struct ar_prestart take(int *unreaped)
 {
 	struct ar_prestart r = result;
 	result.state = AR_PRESTART_OFF;
@@ -949,7 +965,12 @@ struct ar_prestart ar_prestart_take(void)
 	close(r.starter_fd);
 	/* Its work is done or given up either way; a stopped starter must not
 	 * hold this process in waitpid. */
-	kill_reap(r.starter);
+	if (ok && unreaped) {
+		kill(r.starter, SIGKILL);
+		*unreaped = r.starter;
+	} else {
+		kill_reap(r.starter);
+	}
 	if (ok) {
 		r.state = AR_PRESTART_STARTED;
 		r.pid = first.pid;
