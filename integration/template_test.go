@@ -424,3 +424,39 @@ func TestRootTemplateNotWritable(t *testing.T) {
 		t.Errorf("the init was given a template through a symlinked path: %s", src)
 	}
 }
+
+// TestRootTemplateExpressKeepsLastUse: a sweep removes templates whose
+// last use is old, and spawns on the express path never reach Go, so
+// the constructor records the use too. Without that, a runner whose
+// every spawn is an express one would see its template swept as idle and
+// rebuilt every ten minutes.
+func TestRootTemplateExpressKeepsLastUse(t *testing.T) {
+	expressCaller(t)
+	_, dir, locks := templateDirs(t)
+	ws := newWorkspace(t)
+	cfg := spawnCfg{ws: ws}
+	warmExpress(t, cfg)
+	r, _ := expressSpawn(t, cfg, "/bin/sh", "-c", rootLine)
+	mustExit(t, r, 0, "print the root")
+	lock := filepath.Join(locks, filepath.Base(templateIn(t, r, dir))+".lock")
+	old := time.Now().Add(-5 * time.Minute)
+	if err := os.Chtimes(lock, old, old); err != nil {
+		t.Fatal(err)
+	}
+	r, said := expressSpawn(t, cfg, "/bin/true")
+	mustExit(t, r, 0, "an express spawn")
+	if said != "used" {
+		t.Fatalf("express path not taken: %q\n%s", said, r)
+	}
+	fi, err := os.Stat(lock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if age := time.Since(fi.ModTime()); age > time.Minute {
+		t.Errorf("the template's last use is %v old after an express spawn on it; a sweep would take it for idle", age.Round(time.Second))
+	}
+	// The touch is no input of the plan: the next spawn is express too.
+	if r, said := expressSpawn(t, cfg, "/bin/true"); said != "used" {
+		t.Errorf("express path not taken after the last use was recorded: %q\n%s", said, r)
+	}
+}

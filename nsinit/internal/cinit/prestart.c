@@ -375,6 +375,12 @@ static int template_lock(const char *path)
 		close(fd);
 		return -1;
 	}
+	/* The last use, which sweeps read (mounts.AcquireTemplate): at most
+	 * one write a minute. Spawns that never reach Go would otherwise
+	 * leave a template in use to look idle. */
+	struct timespec now;
+	if (clock_gettime(CLOCK_REALTIME, &now) == 0 && now.tv_sec - st.st_mtim.tv_sec > 60)
+		(void)futimens(fd, NULL);
 	return fd;
 }
 
