@@ -201,19 +201,33 @@ func rootTemplate(spec *specs.Spec, opts Options, rec *hostRecorder) (*specs.Spe
 		// It would write to every other sandbox's root.
 		return spec, nil
 	}
+	// From here on, a spawn goes without its template only for a passing
+	// reason (a file changed a moment ago, a lock someone holds). Its
+	// plan must not become an express record, which would keep the
+	// slower tmpfs root for every later spawn with the same flags.
+	transient := func(err error) (*specs.Spec, *mounts.Template) {
+		slog.Debug("agentrun: no root template", "reason", err)
+		if rec != nil {
+			rec.unsupported = true
+		}
+		return spec, nil
+	}
 	skel, err := mounts.SkeletonOf(spec, time.Now())
-	if err != nil {
+	var nt *mounts.NotTemplatableError
+	if errors.As(err, &nt) && !nt.Passing {
+		// This spec never gets one: its tmpfs root is the plan.
 		slog.Debug("agentrun: no root template", "reason", err)
 		return spec, nil
 	}
+	if err != nil {
+		return transient(err)
+	}
 	if err := templateDirs(euid, dir, mode, locks); err != nil {
-		slog.Debug("agentrun: no root template", "reason", err)
-		return spec, nil
+		return transient(err)
 	}
 	t, err := mounts.AcquireTemplate(dir, locks, skel)
 	if err != nil {
-		slog.Debug("agentrun: no root template", "reason", err)
-		return spec, nil
+		return transient(err)
 	}
 	if rec != nil {
 		// The express path opens the template by its path: a template

@@ -460,3 +460,48 @@ func TestRootTemplateExpressKeepsLastUse(t *testing.T) {
 		t.Errorf("express path not taken after the last use was recorded: %q\n%s", said, r)
 	}
 }
+
+// TestRootTemplateNoExpressWithoutIt: a spawn that gets no template for a
+// passing reason (here a lock someone else holds) runs on a tmpfs root,
+// and its plan must not become the express record: that would keep every
+// later spawn with the same flags on the slower tmpfs root. Once the lock
+// is free, the express path runs on the template.
+func TestRootTemplateNoExpressWithoutIt(t *testing.T) {
+	expressCaller(t)
+	_, dir, locks := templateDirs(t)
+	ws := newWorkspace(t)
+	cfg := spawnCfg{ws: ws}
+	r, _ := expressSpawn(t, cfg, "/bin/sh", "-c", rootLine)
+	mustExit(t, r, 0, "print the root")
+	lock := filepath.Join(locks, filepath.Base(templateIn(t, r, dir))+".lock")
+	f, err := os.Open(lock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		r, said := expressSpawn(t, cfg, "/bin/sh", "-c", rootLine)
+		mustExit(t, r, 0, "a spawn while the template's lock is held")
+		if src, fstype := rootOf(t, r.stdout); src != "/" || fstype != "tmpfs" {
+			t.Fatalf("spawn %d ran on %s (%s) while the template's lock was held", i, src, fstype)
+		}
+		if said == "used" {
+			t.Fatalf("spawn %d took the express path on a tmpfs root: the record came from a spawn without its template", i)
+		}
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_UN); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		r, said := expressSpawn(t, cfg, "/bin/sh", "-c", rootLine)
+		mustExit(t, r, 0, "a spawn with the lock free")
+		if said == "used" {
+			templateIn(t, r, dir)
+			return
+		}
+	}
+	t.Errorf("no express spawn within four after the lock was freed")
+}

@@ -69,7 +69,12 @@ const templateKeep = 10 * time.Minute
 
 // NotTemplatableError says why a spec gets no root template. The spawn
 // builds its root the ordinary way.
-type NotTemplatableError struct{ Reason string }
+type NotTemplatableError struct {
+	Reason string
+	// Passing: the same spec may get one moments later (a copy source
+	// changed just now).
+	Passing bool
+}
 
 func (e *NotTemplatableError) Error() string { return "mounts: no root template: " + e.Reason }
 
@@ -175,7 +180,9 @@ func SkeletonOf(spec *specs.Spec, now time.Time) (*Skeleton, error) {
 				return nil, notTemplatable("copy source %s is not a regular file readable by all", m.Source)
 			}
 			if changed := time.Unix(st.Ctim.Unix()); now.Sub(changed) < templateSettle {
-				return nil, notTemplatable("copy source %s changed just now", m.Source)
+				err := notTemplatable("copy source %s changed just now", m.Source)
+				err.(*NotTemplatableError).Passing = true
+				return nil, err
 			}
 			err = add(entry{path: dest, kind: 'c', target: m.Source, src: st})
 			s.covered = append(s.covered, i)
