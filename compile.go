@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/agentrun/agentrun/internal/statedir"
 	"github.com/agentrun/agentrun/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -83,6 +84,12 @@ type HostInfo struct {
 	Owner func(string) (uid, gid int, err error)
 	// ReadFile reads a policy-named file (a seccomp profile).
 	ReadFile func(string) ([]byte, error)
+	// StateRoots are agentrun's own state directories for this caller,
+	// symlinks resolved: cached plans, express records, compiled filters,
+	// cgroup records and root templates. A sandbox that could write there
+	// could plant a plan that a later spawn runs, so no read-write bind
+	// may hold one or lie in one.
+	StateRoots []string
 }
 
 // systemDirs are bound read-only (or recreated as symlinks when the host
@@ -376,6 +383,14 @@ func systemMounts(h *HostInfo) ([]specs.Mount, error) {
 // userBind is a bind of a caller-chosen host path. As root it carries an
 // idmap that presents the path's owner as the sandbox user.
 func userBind(h *HostInfo, src, dest string, readonly bool) (specs.Mount, error) {
+	if !readonly {
+		for _, r := range h.StateRoots {
+			if statedir.Within(src, r) || statedir.Within(r, src) {
+				return specs.Mount{}, policyErr("a read-write bind of %s at %s would let the sandbox write agentrun's state in %s, "+
+					"where later spawns read their plans and filters: bind a directory that neither holds it nor lies in it", src, dest, r)
+			}
+		}
+	}
 	opts := []string{"rbind", "rw", "nosuid", "nodev"}
 	if readonly {
 		opts[1] = "ro"

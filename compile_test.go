@@ -389,3 +389,40 @@ func TestCompileCopiesOnlyWorldReadableEtcFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestCompileRefusesWritableState: a read-write bind (the workspace, --rw)
+// that holds agentrun's state, or lies in it, would let the sandbox plant a
+// plan or a filter that a later spawn runs; a read-only one cannot.
+func TestCompileRefusesWritableState(t *testing.T) {
+	f := newFakeFS()
+	for _, d := range []string{"/run", "/run/agentrun", "/run/agentrun/prestart", "/run/agentrun-x", "/srv"} {
+		f.dirs[d] = true
+	}
+	for _, c := range []struct {
+		name      string
+		workspace string
+		mounts    []Mount
+		refused   bool
+	}{
+		{"workspace holds the state", "/run", nil, true},
+		{"workspace is the state", "/run/agentrun", nil, true},
+		{"workspace lies in it", "/run/agentrun/prestart", nil, true},
+		{"rw bind holds it", "/home/u/proj", []Mount{{Source: "/run", Dest: "/r", Mode: MountRW}}, true},
+		{"rw bind lies in it", "/home/u/proj", []Mount{{Source: "/run/agentrun/prestart", Dest: "/r", Mode: MountRW}}, true},
+		{"ro bind holds it", "/home/u/proj", []Mount{{Source: "/run", Dest: "/r", Mode: MountRO}}, false},
+		{"a sibling with the same prefix", "/run/agentrun-x", nil, false},
+		{"elsewhere", "/srv", nil, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := f.host(1000)
+			h.Workspace, h.StateRoots = c.workspace, []string{"/run/agentrun"}
+			_, err := Compile(&Policy{Command: []string{"true"}, Mounts: c.mounts}, h)
+			switch {
+			case c.refused && (err == nil || !errors.Is(err, ErrPolicy) || !strings.Contains(err.Error(), "/run/agentrun")):
+				t.Fatalf("want a policy error naming /run/agentrun, got %v", err)
+			case !c.refused && err != nil:
+				t.Fatalf("refused: %v", err)
+			}
+		})
+	}
+}

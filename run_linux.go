@@ -41,6 +41,26 @@ func hostInfoWith(p *Policy, h *HostInfo) (*HostInfo, error) {
 	if h.WorkspaceUID, h.WorkspaceGID, err = h.Owner(ws); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrWorkspace, err)
 	}
+	root := statedir.Root(h.UID)
+	roots := []string{root}
+	if h.UID == 0 {
+		roots = append(roots, root+"-templates") // rootTemplate's
+	}
+	for _, r := range roots {
+		// A root that does not exist yet is guarded by its path; its
+		// parents' symlinks are resolved as far as they exist.
+		real := r
+		for d, rest := r, ""; ; d, rest = filepath.Dir(d), filepath.Join(filepath.Base(d), rest) {
+			if t, err := h.Resolve(d); err == nil {
+				real = filepath.Join(t, rest)
+				break
+			}
+			if filepath.Dir(d) == d {
+				break
+			}
+		}
+		h.StateRoots = append(h.StateRoots, filepath.Clean(real))
+	}
 	return h, nil
 }
 

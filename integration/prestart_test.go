@@ -280,7 +280,10 @@ func TestPrestartPolicyPipe(t *testing.T) {
 	check := []string{"/bin/sh", "-c", `echo "FROM_POLICY=$FROM_POLICY"`}
 	for _, kind := range []string{"fifo", "stdin"} {
 		t.Run(kind, func(t *testing.T) {
-			cfg := spawnCfg{guard: 20 * time.Second}
+			// A workspace of its own: the default, the current directory,
+			// may hold the runtime directory, which is refused
+			// (TestStateNotWritableFromSandbox).
+			cfg := spawnCfg{ws: newWorkspace(t), guard: 20 * time.Second}
 			if !isRoot() {
 				cfg.env = []string{"XDG_RUNTIME_DIR=" + privateDir(t, os.Geteuid(), os.Getegid())}
 			}
@@ -834,5 +837,72 @@ func TestPrestartStarterStopped(t *testing.T) {
 		_ = syscall.Kill(starter, syscall.SIGCONT)
 		mustExit(t, run.wait(), 0, fmt.Sprintf("attempt %d, starter stopped", attempt))
 		return true
+	})
+}
+
+// TestStateNotWritableFromSandbox: agentrun's state (cached plans, express
+// records, compiled filters) steers later spawns, which run what it holds
+// without the Go side compiling again. So no sandbox may get it
+// read-write: a workspace or --rw bind that holds it, or lies in it, is
+// refused before anything runs.
+func TestStateNotWritableFromSandbox(t *testing.T) {
+	t.Parallel()
+	cfg := spawnCfg{}
+	state := "/run/agentrun"
+	if !isRoot() {
+		xdg := privateDir(t, os.Geteuid(), os.Getegid())
+		cfg.env = []string{"XDG_RUNTIME_DIR=" + xdg}
+		state = filepath.Join(xdg, "agentrun")
+	}
+	cfg.ws = newWorkspace(t)
+	mustExit(t, spawn(t, cfg, "/bin/true"), 0, "a spawn that makes the state directory")
+	if !exists(state) {
+		t.Fatalf("no state directory at %s after a spawn", state)
+	}
+	plant := func(t *testing.T, c spawnCfg, dir string) {
+		t.Helper()
+		planted := filepath.Join(state, "planted-by-sandbox")
+		r := spawn(t, c, "/bin/sh", "-c", "echo planted > "+dir+"/planted-by-sandbox")
+		if exists(planted) {
+			_ = os.Remove(planted)
+			t.Fatalf("SANDBOX ESCAPE: the sandbox wrote into agentrun's state at %s, which later spawns trust:\n%s", state, r)
+		}
+		mustExit(t, r, 125, "a sandbox with agentrun's state read-write")
+		if !strings.Contains(r.stderr, state) {
+			t.Errorf("the refusal does not name the state directory %s:\n%s", state, r)
+		}
+	}
+	t.Run("--rw of the state", func(t *testing.T) {
+		c := cfg
+		c.flags = []string{"--rw", state + ":/mnt/state"}
+		plant(t, c, "/mnt/state")
+	})
+	t.Run("--rw of a directory holding it", func(t *testing.T) {
+		c := cfg
+		c.flags = []string{"--rw", filepath.Dir(state) + ":/mnt/up"}
+		plant(t, c, "/mnt/up/"+filepath.Base(state))
+	})
+	t.Run("a workspace holding it", func(t *testing.T) {
+		if isRoot() {
+			t.Skip("root's state is in /run; a rootless caller's runtime directory can be anywhere, so this case is its")
+		}
+		ws := newWorkspace(t)
+		xdg := filepath.Join(ws, "run")
+		if err := os.Mkdir(xdg, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		c := spawnCfg{ws: ws, env: []string{"XDG_RUNTIME_DIR=" + xdg}}
+		mustExit(t, spawn(t, c, "/bin/true"), 125, "a workspace holding the runtime directory")
+		st := filepath.Join(xdg, "agentrun")
+		r := spawn(t, c, "/bin/sh", "-c", "mkdir -p /workspace/run/agentrun && echo planted > /workspace/run/agentrun/planted-by-sandbox")
+		if exists(filepath.Join(st, "planted-by-sandbox")) {
+			t.Fatalf("SANDBOX ESCAPE: the sandbox wrote into agentrun's state at %s:\n%s", st, r)
+		}
+		mustExit(t, r, 125, "a workspace holding the runtime directory")
+	})
+	t.Run("read-only is fine", func(t *testing.T) {
+		c := cfg
+		c.flags = []string{"--ro", state + ":/mnt/state"}
+		mustExit(t, spawn(t, c, "/bin/true"), 0, "a read-only bind of the state")
 	})
 }
