@@ -87,8 +87,9 @@ type HostInfo struct {
 	// StateRoots are agentrun's own state directories for this caller,
 	// symlinks resolved: cached plans, express records, compiled filters,
 	// cgroup records and root templates. A sandbox that could write there
-	// could plant a plan that a later spawn runs, so no read-write bind
-	// may hold one or lie in one.
+	// could plant a plan that a later spawn runs, and one that could read
+	// there would see other spawns' environments (plans hold them), so no
+	// bind may hold one or lie in one.
 	StateRoots []string
 }
 
@@ -383,13 +384,8 @@ func systemMounts(h *HostInfo) ([]specs.Mount, error) {
 // userBind is a bind of a caller-chosen host path. As root it carries an
 // idmap that presents the path's owner as the sandbox user.
 func userBind(h *HostInfo, src, dest string, readonly bool) (specs.Mount, error) {
-	if !readonly {
-		for _, r := range h.StateRoots {
-			if statedir.Within(src, r) || statedir.Within(r, src) {
-				return specs.Mount{}, policyErr("a read-write bind of %s at %s would let the sandbox write agentrun's state in %s, "+
-					"where later spawns read their plans and filters: bind a directory that neither holds it nor lies in it", src, dest, r)
-			}
-		}
+	if err := stateBindErr(h.StateRoots, src, dest); err != nil {
+		return specs.Mount{}, err
 	}
 	opts := []string{"rbind", "rw", "nosuid", "nodev"}
 	if readonly {
@@ -409,6 +405,18 @@ func userBind(h *HostInfo, src, dest string, readonly bool) (specs.Mount, error)
 		m.Options = append(m.Options, "idmap")
 	}
 	return m, nil
+}
+
+// stateBindErr refuses a bind of src (at dest) that holds or lies in one
+// of agentrun's state roots (HostInfo.StateRoots).
+func stateBindErr(roots []string, src, dest string) error {
+	for _, r := range roots {
+		if statedir.Within(src, r) || statedir.Within(r, src) {
+			return policyErr("a bind of %s at %s would give the sandbox agentrun's state in %s, whose cached plans "+
+				"later spawns run and which hold other spawns' environments: bind a directory that neither holds it nor lies in it", src, dest, r)
+		}
+	}
+	return nil
 }
 
 // reservedDests may not be replaced or shadowed by extra mounts.

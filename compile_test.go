@@ -390,9 +390,10 @@ func TestCompileCopiesOnlyWorldReadableEtcFiles(t *testing.T) {
 	}
 }
 
-// TestCompileRefusesWritableState: a read-write bind (the workspace, --rw)
-// that holds agentrun's state, or lies in it, would let the sandbox plant a
-// plan or a filter that a later spawn runs; a read-only one cannot.
+// TestCompileRefusesWritableState: a bind (the workspace, --rw, --ro) that
+// holds agentrun's state, or lies in it, would let the sandbox plant a plan
+// or a filter that a later spawn runs, or read other spawns' environments
+// in the cached plans.
 func TestCompileRefusesWritableState(t *testing.T) {
 	f := newFakeFS()
 	for _, d := range []string{"/run", "/run/agentrun", "/run/agentrun/prestart", "/run/agentrun-x", "/srv"} {
@@ -409,7 +410,8 @@ func TestCompileRefusesWritableState(t *testing.T) {
 		{"workspace lies in it", "/run/agentrun/prestart", nil, true},
 		{"rw bind holds it", "/home/u/proj", []Mount{{Source: "/run", Dest: "/r", Mode: MountRW}}, true},
 		{"rw bind lies in it", "/home/u/proj", []Mount{{Source: "/run/agentrun/prestart", Dest: "/r", Mode: MountRW}}, true},
-		{"ro bind holds it", "/home/u/proj", []Mount{{Source: "/run", Dest: "/r", Mode: MountRO}}, false},
+		{"ro bind holds it", "/home/u/proj", []Mount{{Source: "/run", Dest: "/r", Mode: MountRO}}, true},
+		{"ro bind elsewhere", "/home/u/proj", []Mount{{Source: "/srv", Dest: "/r", Mode: MountRO}}, false},
 		{"a sibling with the same prefix", "/run/agentrun-x", nil, false},
 		{"elsewhere", "/srv", nil, false},
 	} {

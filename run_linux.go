@@ -41,17 +41,19 @@ func hostInfoWith(p *Policy, h *HostInfo) (*HostInfo, error) {
 	if h.WorkspaceUID, h.WorkspaceGID, err = h.Owner(ws); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrWorkspace, err)
 	}
-	root := statedir.Root(h.UID)
-	roots := []string{root}
-	if h.UID == 0 {
-		roots = append(roots, root+"-templates") // rootTemplate's
-	}
-	for _, r := range roots {
-		// A root that does not exist yet is guarded by its path; its
-		// parents' symlinks are resolved as far as they exist.
+	h.StateRoots = stateRoots(h.UID, h.Resolve)
+	return h, nil
+}
+
+// stateRoots resolves statedir.Candidates for euid. A root that does not
+// exist yet is guarded by its path, with its parents' symlinks resolved as
+// far as they exist.
+func stateRoots(euid int, resolve func(string) (string, error)) []string {
+	var out []string
+	for _, r := range statedir.Candidates(euid) {
 		real := r
 		for d, rest := r, ""; ; d, rest = filepath.Dir(d), filepath.Join(filepath.Base(d), rest) {
-			if t, err := h.Resolve(d); err == nil {
+			if t, err := resolve(d); err == nil && filepath.IsAbs(t) {
 				real = filepath.Join(t, rest)
 				break
 			}
@@ -59,9 +61,28 @@ func hostInfoWith(p *Policy, h *HostInfo) (*HostInfo, error) {
 				break
 			}
 		}
-		h.StateRoots = append(h.StateRoots, filepath.Clean(real))
+		out = append(out, filepath.Clean(real))
 	}
-	return h, nil
+	return out
+}
+
+// stateMountErr is Compile's check of binds against the state roots for a
+// spec that did not come from a Policy (RunSpec).
+func stateMountErr(spec *specs.Spec) error {
+	roots := stateRoots(os.Geteuid(), filepath.EvalSymlinks)
+	for _, m := range spec.Mounts {
+		if m.Type != "bind" && !slices.Contains(m.Options, "bind") && !slices.Contains(m.Options, "rbind") {
+			continue
+		}
+		src := m.Source
+		if t, err := filepath.EvalSymlinks(src); err == nil {
+			src = t
+		}
+		if err := stateBindErr(roots, src, m.Destination); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func owner(path string) (int, int, error) {
@@ -303,6 +324,10 @@ func syscallViolation(e seccomp.Event) Violation {
 
 // RunSpec executes a compiled Spec. start is when the caller began timing.
 func RunSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts Options, start time.Time) (*Result, error) {
+	// Compile checks the binds of a Policy; a spec from elsewhere here.
+	if err := stateMountErr(spec); err != nil {
+		return nil, err
+	}
 	fw, err := forwarder(opts)
 	if err != nil {
 		return nil, err

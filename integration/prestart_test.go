@@ -842,9 +842,11 @@ func TestPrestartStarterStopped(t *testing.T) {
 
 // TestStateNotWritableFromSandbox: agentrun's state (cached plans, express
 // records, compiled filters) steers later spawns, which run what it holds
-// without the Go side compiling again. So no sandbox may get it
-// read-write: a workspace or --rw bind that holds it, or lies in it, is
-// refused before anything runs.
+// without the Go side compiling again, and the plans hold other spawns'
+// environments. So no sandbox may see it: a workspace or bind that holds
+// it, or lies in it, is refused before anything runs, whichever of the
+// caller's state roots it is (another session of the same user may use
+// another).
 func TestStateNotWritableFromSandbox(t *testing.T) {
 	t.Parallel()
 	cfg := spawnCfg{}
@@ -859,15 +861,17 @@ func TestStateNotWritableFromSandbox(t *testing.T) {
 	if !exists(state) {
 		t.Fatalf("no state directory at %s after a spawn", state)
 	}
-	plant := func(t *testing.T, c spawnCfg, dir string) {
+	// refused runs a spawn that tries to plant a file in state through dir
+	// (its path in the sandbox) and expects the refusal.
+	refused := func(t *testing.T, c spawnCfg, state, dir string) {
 		t.Helper()
 		planted := filepath.Join(state, "planted-by-sandbox")
-		r := spawn(t, c, "/bin/sh", "-c", "echo planted > "+dir+"/planted-by-sandbox")
+		r := spawn(t, c, "/bin/sh", "-c", "mkdir -p "+dir+" && echo planted > "+dir+"/planted-by-sandbox")
 		if exists(planted) {
 			_ = os.Remove(planted)
 			t.Fatalf("SANDBOX ESCAPE: the sandbox wrote into agentrun's state at %s, which later spawns trust:\n%s", state, r)
 		}
-		mustExit(t, r, 125, "a sandbox with agentrun's state read-write")
+		mustExit(t, r, 125, "a sandbox with agentrun's state bound")
 		if !strings.Contains(r.stderr, state) {
 			t.Errorf("the refusal does not name the state directory %s:\n%s", state, r)
 		}
@@ -875,16 +879,25 @@ func TestStateNotWritableFromSandbox(t *testing.T) {
 	t.Run("--rw of the state", func(t *testing.T) {
 		c := cfg
 		c.flags = []string{"--rw", state + ":/mnt/state"}
-		plant(t, c, "/mnt/state")
+		refused(t, c, state, "/mnt/state")
 	})
 	t.Run("--rw of a directory holding it", func(t *testing.T) {
 		c := cfg
 		c.flags = []string{"--rw", filepath.Dir(state) + ":/mnt/up"}
-		plant(t, c, "/mnt/up/"+filepath.Base(state))
+		refused(t, c, state, "/mnt/up/"+filepath.Base(state))
+	})
+	t.Run("--ro of the state", func(t *testing.T) {
+		// Cached plans hold the environments of other spawns, --env
+		// values included.
+		c := cfg
+		c.flags = []string{"--ro", state + ":/mnt/state"}
+		r := spawn(t, c, "/bin/sh", "-c", "cat /mnt/state/prestart/* >/dev/null 2>&1; ls /mnt/state")
+		mustExit(t, r, 125, "a sandbox with agentrun's state bound read-only")
 	})
 	t.Run("a workspace holding it", func(t *testing.T) {
 		if isRoot() {
-			t.Skip("root's state is in /run; a rootless caller's runtime directory can be anywhere, so this case is its")
+			refused(t, spawnCfg{ws: "/run"}, state, "/workspace/agentrun")
+			return
 		}
 		ws := newWorkspace(t)
 		xdg := filepath.Join(ws, "run")
@@ -892,17 +905,30 @@ func TestStateNotWritableFromSandbox(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := spawnCfg{ws: ws, env: []string{"XDG_RUNTIME_DIR=" + xdg}}
-		mustExit(t, spawn(t, c, "/bin/true"), 125, "a workspace holding the runtime directory")
-		st := filepath.Join(xdg, "agentrun")
-		r := spawn(t, c, "/bin/sh", "-c", "mkdir -p /workspace/run/agentrun && echo planted > /workspace/run/agentrun/planted-by-sandbox")
-		if exists(filepath.Join(st, "planted-by-sandbox")) {
-			t.Fatalf("SANDBOX ESCAPE: the sandbox wrote into agentrun's state at %s:\n%s", st, r)
-		}
-		mustExit(t, r, 125, "a workspace holding the runtime directory")
+		refused(t, c, filepath.Join(xdg, "agentrun"), "/workspace/run/agentrun")
 	})
-	t.Run("read-only is fine", func(t *testing.T) {
+	t.Run("another session's root", func(t *testing.T) {
+		if isRoot() {
+			t.Skip("root has one state root, /run/agentrun (and its templates)")
+		}
+		// This session has $XDG_RUNTIME_DIR; one without it keeps its
+		// state in /tmp/agentrun-UID, which this one must guard too.
+		other := filepath.Join("/tmp", "agentrun-"+strconv.Itoa(os.Geteuid()))
+		if err := os.Mkdir(other, 0o700); err == nil {
+			t.Cleanup(func() { removeAll(t, other) })
+		} else if !os.IsExist(err) {
+			t.Fatal(err)
+		}
 		c := cfg
-		c.flags = []string{"--ro", state + ":/mnt/state"}
-		mustExit(t, spawn(t, c, "/bin/true"), 0, "a read-only bind of the state")
+		c.flags = []string{"--rw", other + ":/mnt/other"}
+		refused(t, c, other, "/mnt/other/seccomp")
+	})
+	t.Run("binds elsewhere are fine", func(t *testing.T) {
+		c := cfg
+		c.flags = []string{"--ro", tempDir(t) + ":/mnt/elsewhere"}
+		mustExit(t, spawn(t, c, "/bin/sh", "-c", "echo ok > /workspace/elsewhere-ok"), 0, "a bind that does not hold the state")
+		if b, err := os.ReadFile(filepath.Join(cfg.ws, "elsewhere-ok")); err != nil || string(b) != "ok\n" {
+			t.Errorf("workspace write did not land: %q %v", b, err)
+		}
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 )
 
@@ -22,7 +23,41 @@ func Root(euid int) string {
 	if x := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(x) && Private(x, euid) == nil {
 		return filepath.Join(x, "agentrun")
 	}
-	return filepath.Join(os.TempDir(), "agentrun-"+strconv.Itoa(euid))
+	return filepath.Join(tempDir(), "agentrun-"+strconv.Itoa(euid))
+}
+
+// tempDir is os.TempDir when that is absolute: a relative $TMPDIR would put
+// the state under the current directory, a spawn's default workspace.
+func tempDir() string {
+	if t := os.TempDir(); filepath.IsAbs(t) {
+		return t
+	}
+	return "/tmp"
+}
+
+// Candidates are every state root agentrun may use for euid, whichever
+// this process's environment selects: another session of the same user
+// (with or without $XDG_RUNTIME_DIR, another $TMPDIR) may use another,
+// and trusts what it finds there all the same. Root's templates are
+// included (Root(0)+"-templates").
+func Candidates(euid int) []string {
+	if euid == 0 {
+		return []string{"/run/agentrun", "/run/agentrun-templates"}
+	}
+	id := strconv.Itoa(euid)
+	out := []string{Root(euid)}
+	add := func(p string) {
+		if filepath.IsAbs(p) && !slices.Contains(out, filepath.Clean(p)) {
+			out = append(out, filepath.Clean(p))
+		}
+	}
+	if x := os.Getenv("XDG_RUNTIME_DIR"); x != "" {
+		add(filepath.Join(x, "agentrun"))
+	}
+	add(filepath.Join("/run/user", id, "agentrun"))
+	add(filepath.Join(tempDir(), "agentrun-"+id))
+	add(filepath.Join("/tmp", "agentrun-"+id))
+	return out
 }
 
 // Ensure creates dir (mode 0700, parents included) and checks that it and

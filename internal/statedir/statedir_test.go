@@ -6,6 +6,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"testing"
 )
 
@@ -49,5 +51,41 @@ func TestRoot(t *testing.T) {
 	t.Setenv("TMPDIR", "/tmpx")
 	if got := Root(1234); got != "/tmpx/agentrun-1234" {
 		t.Errorf("fallback: %s", got)
+	}
+}
+
+func TestCandidates(t *testing.T) {
+	if got := Candidates(0); !slices.Equal(got, []string{"/run/agentrun", "/run/agentrun-templates"}) {
+		t.Errorf("root: %q", got)
+	}
+	xdg := t.TempDir()
+	t.Setenv("XDG_RUNTIME_DIR", xdg)
+	t.Setenv("TMPDIR", "/var/tmpx")
+	got := Candidates(os.Geteuid())
+	if os.Geteuid() == 0 {
+		return
+	}
+	id := strconv.Itoa(os.Geteuid())
+	// The selected root first, then every other one, whatever this
+	// environment selects.
+	for _, want := range []string{xdg + "/agentrun", "/run/user/" + id + "/agentrun", "/var/tmpx/agentrun-" + id, "/tmp/agentrun-" + id} {
+		if !slices.Contains(got, want) {
+			t.Errorf("candidates %q lack %s", got, want)
+		}
+	}
+	if got[0] != Root(os.Geteuid()) {
+		t.Errorf("candidates %q do not start with the root %s", got, Root(os.Geteuid()))
+	}
+	// A relative $TMPDIR is no root: it would be under the current
+	// directory.
+	t.Setenv("TMPDIR", "tmp")
+	t.Setenv("XDG_RUNTIME_DIR", "")
+	for _, c := range Candidates(os.Geteuid()) {
+		if !filepath.IsAbs(c) {
+			t.Errorf("relative candidate %q", c)
+		}
+	}
+	if r := Root(os.Geteuid()); r != "/tmp/agentrun-"+id {
+		t.Errorf("root with a relative TMPDIR: %s", r)
 	}
 }
