@@ -51,19 +51,21 @@ func hostInfoWith(p *Policy, h *HostInfo) (*HostInfo, error) {
 func stateRoots(euid int, resolve func(string) (string, error)) []string {
 	var out []string
 	for _, r := range statedir.Candidates(euid) {
-		real := r
-		for d, rest := r, ""; ; d, rest = filepath.Dir(d), filepath.Join(filepath.Base(d), rest) {
-			if t, err := resolve(d); err == nil && filepath.IsAbs(t) {
-				real = filepath.Join(t, rest)
-				break
-			}
-			if filepath.Dir(d) == d {
-				break
-			}
-		}
-		out = append(out, filepath.Clean(real))
+		out = append(out, filepath.Clean(resolveExisting(r, resolve)))
 	}
 	return out
+}
+
+// resolveExisting resolves p, or its deepest ancestor that resolves and
+// the rest of p below it.
+func resolveExisting(p string, resolve func(string) (string, error)) string {
+	if t, err := resolve(p); err == nil && filepath.IsAbs(t) {
+		return t
+	}
+	if dir := filepath.Dir(p); dir != p {
+		return filepath.Join(resolveExisting(dir, resolve), filepath.Base(p))
+	}
+	return p
 }
 
 // stateMountErr is Compile's check of binds against the state roots for a
@@ -246,7 +248,7 @@ func rootTemplate(spec *specs.Spec, opts Options, rec *hostRecorder) (*specs.Spe
 	// reason (a file changed a moment ago, a lock someone holds). Its
 	// plan must not become an express record, which would keep the
 	// slower tmpfs root for every later spawn with the same flags.
-	transient := func(err error) (*specs.Spec, *mounts.Template) {
+	passing := func(err error) (*specs.Spec, *mounts.Template) {
 		slog.Debug("agentrun: no root template", "reason", err)
 		if rec != nil {
 			rec.unsupported = true
@@ -261,14 +263,14 @@ func rootTemplate(spec *specs.Spec, opts Options, rec *hostRecorder) (*specs.Spe
 		return spec, nil
 	}
 	if err != nil {
-		return transient(err)
+		return passing(err)
 	}
 	if err := templateDirs(euid, dir, mode, locks); err != nil {
-		return transient(err)
+		return passing(err)
 	}
 	t, err := mounts.AcquireTemplate(dir, locks, skel)
 	if err != nil {
-		return transient(err)
+		return passing(err)
 	}
 	if rec != nil {
 		// The express path opens the template by its path: a template

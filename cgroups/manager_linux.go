@@ -196,10 +196,9 @@ func (m *Manager) Undelegated() (Undelegated, bool) {
 	if i < 0 {
 		return Undelegated{}, false
 	}
+	// v1Problem's reasons come down to this answer (a read-only mount
+	// answers EROFS).
 	h := m.lay.v1[i]
-	if m.v1Problem(h) == nil {
-		return Undelegated{}, false
-	}
 	var errno unix.Errno
 	if !errors.As(writable(h.caller), &errno) || errno == 0 {
 		return Undelegated{}, false

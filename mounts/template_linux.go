@@ -78,7 +78,7 @@ type NotTemplatableError struct {
 
 func (e *NotTemplatableError) Error() string { return "mounts: no root template: " + e.Reason }
 
-func notTemplatable(format string, a ...any) error {
+func notTemplatable(format string, a ...any) *NotTemplatableError {
 	return &NotTemplatableError{Reason: fmt.Sprintf(format, a...)}
 }
 
@@ -180,9 +180,9 @@ func SkeletonOf(spec *specs.Spec, now time.Time) (*Skeleton, error) {
 				return nil, notTemplatable("copy source %s is not a regular file readable by all", m.Source)
 			}
 			if changed := time.Unix(st.Ctim.Unix()); now.Sub(changed) < templateSettle {
-				err := notTemplatable("copy source %s changed just now", m.Source)
-				err.(*NotTemplatableError).Passing = true
-				return nil, err
+				e := notTemplatable("copy source %s changed just now", m.Source)
+				e.Passing = true
+				return nil, e
 			}
 			err = add(entry{path: dest, kind: 'c', target: m.Source, src: st})
 			s.covered = append(s.covered, i)

@@ -18,6 +18,7 @@
 #define _GNU_SOURCE
 #include "cinit.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -354,7 +355,7 @@ static int records_left(const char *dir, unsigned long long self_ns)
 {
 	/* getdents64 into a static buffer: opendir's allocation costs this
 	 * spawn more than the (usually empty) directory's read. */
-	static char buf[8192];
+	static char buf[8192] __attribute__((aligned(8)));
 	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return errno != ENOENT;
@@ -362,16 +363,11 @@ static int records_left(const char *dir, unsigned long long self_ns)
 	long n;
 	while (!found && (n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0) {
 		for (long at = 0; !found && at < n;) {
-			struct dirent64_raw {
-				unsigned long long ino;
-				long long off;
-				unsigned short reclen;
-				unsigned char type;
-				char name[];
-			} *e = (struct dirent64_raw *)(buf + at);
-			size_t len = strlen(e->name);
-			found = len > 5 && strcmp(e->name + len - 5, ".json") == 0 && !record_live(fd, e->name, self_ns);
-			at += e->reclen;
+			/* Linux's struct dirent is getdents64's record. */
+			const struct dirent *e = (const struct dirent *)(buf + at);
+			size_t len = strlen(e->d_name);
+			found = len > 5 && strcmp(e->d_name + len - 5, ".json") == 0 && !record_live(fd, e->d_name, self_ns);
+			at += e->d_reclen;
 		}
 	}
 	if (n < 0)
