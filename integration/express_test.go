@@ -653,3 +653,102 @@ func subdirsDeepestFirst(dir string) []string {
 	}
 	return append(out, dir)
 }
+
+// bpfRelease is a release message (cinit.h) in the record's hex: no
+// flags, then a filter that returns EPERM for the system calls nrs and
+// allows every other, without an architecture check.
+func bpfRelease(nrs ...uint32) string {
+	le := func(v uint32) string {
+		return fmt.Sprintf("%02x%02x%02x%02x", v&0xff, v>>8&0xff, v>>16&0xff, v>>24&0xff)
+	}
+	ins := func(code uint16, jt, jf uint8, k uint32) string {
+		return fmt.Sprintf("%02x%02x%02x%02x", code&0xff, code>>8, jt, jf) + le(k)
+	}
+	h := le(0) + ins(0x20, 0, 0, 0) // A = the call's number
+	for i, nr := range nrs {
+		// Jump to the EPERM return past the remaining tests, else on.
+		h += ins(0x15, uint8(len(nrs)-i), 0, nr)
+	}
+	return h + ins(0x06, 0, 0, 0x7fff0000) + ins(0x06, 0, 0, 0x00050000|1)
+}
+
+// tamperRecord replaces the release of the express record for a spawn
+// with cfg's workspace and no flags, and with breakC also its C
+// fingerprint, so that the express path stands aside and Go adopts the
+// prestarted init.
+func tamperRecord(t *testing.T, ws, release string, breakC bool) {
+	t.Helper()
+	rec := imagePath(os.Geteuid(), os.Getegid(), "/run/agentrun", os.TempDir(), []string{"--workspace", ws}, nil) + ".express"
+	b, err := os.ReadFile(rec)
+	if err != nil {
+		t.Fatalf("no express record where the test expects it: %v", err)
+	}
+	lines := strings.Split(string(b), "\n")
+	n := 0
+	for i, l := range lines {
+		switch {
+		case strings.HasPrefix(l, "release "):
+			lines[i] = "release " + release
+			n++
+		case breakC && strings.HasPrefix(l, "C\t"):
+			lines[i] = "C\t0000000000000000"
+			n++
+		}
+	}
+	if want := map[bool]int{false: 1, true: 2}[breakC]; n != want {
+		t.Fatalf("record %s: replaced %d lines, want %d:\n%s", rec, n, want, b)
+	}
+	if err := os.WriteFile(rec, []byte(strings.Join(lines, "\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestExpressEarlyFilter: with an express record the init's loader thread
+// loads the record's filter before the parent has checked anything, and
+// hands it over only if the release that comes is that filter, byte for
+// byte (cinit.c, loader_preload). A filter under which the loader could
+// not receive the release is not loaded early, and a release that differs
+// (Go adopted the init after the express path stood aside) is loaded by
+// init itself, never the early one. The records are changed by hand:
+// Go writes records only for its default profile.
+func TestExpressEarlyFilter(t *testing.T) {
+	expressCaller(t)
+
+	t.Run("filter denying the loader's receive calls", func(t *testing.T) {
+		ws := newWorkspace(t)
+		cfg := spawnCfg{ws: ws}
+		warmExpress(t, cfg)
+		tamperRecord(t, ws, bpfRelease(unix.SYS_RECVFROM, unix.SYS_RECVMSG), false)
+		r, said := expressSpawn(t, cfg, "/bin/sh", "-c", "grep '^Seccomp' /proc/self/status; exit 7")
+		if said != "used" {
+			t.Fatalf("express path not taken: %q", said)
+		}
+		mustExit(t, r, 7, "a command under a filter that denies recvmsg and recvfrom")
+		if !strings.Contains(r.stdout, "Seccomp:\t2") {
+			t.Errorf("the command runs without the release's filter:\n%s", r)
+		}
+	})
+
+	t.Run("release other than the record's", func(t *testing.T) {
+		ws := newWorkspace(t)
+		cfg := spawnCfg{ws: ws}
+		warmExpress(t, cfg)
+		// Preloaded: a filter that denies uname. Sent: the one Go compiled.
+		tamperRecord(t, ws, bpfRelease(unix.SYS_UNAME), true)
+		r, said := expressSpawn(t, cfg, "/bin/sh", "-c", "uname >/dev/null && echo uname-ok; grep '^Seccomp' /proc/self/status")
+		if said != "off /proc/self/cgroup" {
+			t.Fatalf("the express path said %q, want it to stand aside at the C fingerprint", said)
+		}
+		mustExit(t, r, 0, "the spawn Go ran after the express path stood aside")
+		if !strings.Contains(r.stdout, "uname-ok") {
+			t.Errorf("SECCOMP: the command runs under the preloaded filter, not the release's:\n%s", r)
+		}
+		if !strings.Contains(r.stdout, "Seccomp:\t2") || !strings.Contains(r.stdout, "Seccomp_filters:\t1") {
+			t.Errorf("want the release's filter alone, loaded by init:\n%s", r)
+		}
+		r = spawn(t, cfg, "/bin/sh", "-c", "unshare -U true 2>/dev/null; echo rc=$?")
+		if !strings.Contains(r.stdout, "rc=1") {
+			t.Errorf("the default profile does not hold after the adoption:\n%s", r)
+		}
+	})
+}

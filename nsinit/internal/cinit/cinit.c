@@ -1414,7 +1414,11 @@ static void drop_privileges(struct ctx *c)
  *    (the strictest action of all wins, so the released filter decides)
  *    and no_new_privs, and the loader ends. Before the load it drops its
  *    capabilities to the command's and sets no_new_privs as the plan says,
- *    so the kernel judges the load as it would judge init's.
+ *    so the kernel judges the load as it would judge init's. With an
+ *    express record the filter is known before the release
+ *    (ar_plan.early_release): the loader loads it at its start, while
+ *    the parent checks the record, and hands it over only if the release
+ *    that comes is the same message (loader_preload).
  *
  * The handover makes system calls under the released filter that loading
  * it in init would not: the loader's futex, seccomp and exit, and init's
@@ -1441,6 +1445,7 @@ struct loader {
 	int split_net;  /* create the network namespace here */
 	int unfiltered; /* init ran under no filter when it started */
 	int handover;   /* the filter is loaded here and handed over */
+	int early;      /* the plan's early_release was loaded before the release came */
 	unsigned handover_flags; /* of the hand-over's allow-all filter */
 	int netfd;      /* the new network namespace; -1: none */
 	long listener;  /* the handed-over filter's listener; -1: none */
@@ -1579,6 +1584,30 @@ static int handover_allowed(const struct sock_filter *f, size_t n, unsigned hand
 #endif
 }
 
+/* early_allowed says whether the filter allows every system call the
+ * loader makes under a preloaded filter until the release is in
+ * (loader_verify, await_release, join_release_cgroups, loader_release). */
+static int early_allowed(const struct sock_filter *f, size_t n, int sync)
+{
+#ifdef NATIVE_AUDIT_ARCH
+	const struct known_call calls[] = {
+		{SYS_recvfrom, 0x3du, {(uint64_t)sync, 0, 1, MSG_TRUNC, 0, 0}},
+		{SYS_recvmsg, 1u | 1u << 2, {(uint64_t)sync, 0, MSG_TRUNC | MSG_CMSG_CLOEXEC}},
+		{SYS_write, 1u << 2, {0, 0, 1}},
+		{SYS_close, 0, {0}},
+	};
+	for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++)
+		if (!filter_allows(f, n, NATIVE_AUDIT_ARCH, &calls[i]))
+			return 0;
+	return 1;
+#else
+	(void)f;
+	(void)n;
+	(void)sync;
+	return 0;
+#endif
+}
+
 int ar_filter_allows(const void *filter, size_t n, uint32_t nr, unsigned known, const uint64_t *args)
 {
 #ifdef NATIVE_AUDIT_ARCH
@@ -1680,31 +1709,85 @@ static void loader_verify(struct loader *l)
 	loader_set(LOADER_VERIFIED);
 }
 
-static void loader_release(struct loader *l)
+/* loader_load loads the release message's filter (len bytes at b) on the
+ * loader alone, with the command's capabilities and no_new_privs, as the
+ * kernel would judge init's own load; init is still building the root. */
+static void loader_load(struct loader *l, const unsigned char *b, size_t len)
 {
 	struct ctx *c = &l->c;
 	const struct ar_plan *p = c->p;
-	struct release *rel = l->rel;
 	long r;
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+	struct __user_cap_data_struct d[2];
+	for (int i = 0; i < 2; i++)
+		d[i] = (struct __user_cap_data_struct){.effective = p->keep_caps[i], .permitted = p->keep_caps[i]};
+	if ((r = RAW(SYS_capset, &h, d)) < 0)
+		die_parts(c, (const char *[]){"drop privileges", NULL}, (const char *[]){"set capability sets", NULL}, (int)-r);
+	if (p->no_new_privs && (r = RAW(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) < 0)
+		die_parts(c, (const char *[]){"drop privileges", NULL}, (const char *[]){"set no_new_privs", NULL}, (int)-r);
+	uint32_t flags;
+	memcpy(&flags, b, sizeof flags);
+	struct sock_fprog prog = {
+		.len = (unsigned short)((len - 4) / sizeof(struct sock_filter)),
+		.filter = (struct sock_filter *)(b + 4),
+	};
+	r = RAW(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags & ~(unsigned)(SECCOMP_FILTER_FLAG_TSYNC | SECCOMP_FILTER_FLAG_TSYNC_ESRCH),
+		&prog);
+	if (r < 0)
+		die_parts(c, (const char *[]){"seccomp", NULL}, (const char *[]){"load filter", NULL}, (int)-r);
+	l->listener = flags & SECCOMP_FILTER_FLAG_NEW_LISTENER ? r : -1;
+}
+
+/* loader_preload loads the plan's early_release before the parent has
+ * checked anything, when the loader could hand it over and the steps it
+ * takes under it until the release (early_allowed) are allowed. The
+ * filter only restricts the loader, so loading one that never gets used
+ * (another release, no 'v') costs nothing but the load. Its program's
+ * memory is charged to the caller's memory cgroup, not the sandbox's,
+ * which the loader joins only with the release: a fixed few pages. */
+static void loader_preload(struct loader *l)
+{
+	const struct ar_plan *p = l->c.p;
+	const unsigned char *b = p->early_release;
+	size_t len = p->early_release_len;
+	if (!l->threaded || !l->unfiltered || !b || len <= 4 || len > AR_RELEASE_MAX || (len - 4) % sizeof(struct sock_filter))
+		return;
+	uint32_t flags;
+	memcpy(&flags, b, sizeof flags);
+	const struct sock_filter *f = (const struct sock_filter *)(b + 4);
+	size_t n = (len - 4) / sizeof(struct sock_filter);
+	unsigned hf = SECCOMP_FILTER_FLAG_TSYNC | (flags & SECCOMP_FILTER_FLAG_SPEC_ALLOW);
+	if (!handover_allowed(f, n, hf) || !early_allowed(f, n, l->c.sync))
+		return;
+	loader_load(l, b, len);
+	l->early = 1;
+}
+
+static void loader_release(struct loader *l)
+{
+	struct ctx *c = &l->c;
+	struct release *rel = l->rel;
 	await_release(c, rel);
-	join_release_cgroups(c, rel, 0);
 	l->handover_flags = SECCOMP_FILTER_FLAG_TSYNC | (rel->u.flags & SECCOMP_FILTER_FLAG_SPEC_ALLOW);
+	if (l->early) {
+		/* Handed over only if it is the filter that came; otherwise the
+		 * loader leaves without one and init loads the release's. */
+		const struct ar_plan *p = c->p;
+		l->handover = rel->len == p->early_release_len && memcmp(rel->u.b, p->early_release, rel->len) == 0;
+		if (!l->handover && l->listener >= 0) {
+			(void)RAW(SYS_close, l->listener);
+			l->listener = -1;
+		}
+		join_release_cgroups(c, rel, 0);
+		loader_set(LOADER_LOADED);
+		return;
+	}
+	join_release_cgroups(c, rel, 0);
 	l->handover = l->threaded && rel->len > 4 && l->unfiltered &&
 		      handover_allowed((const struct sock_filter *)(rel->u.b + 4), (rel->len - 4) / sizeof(struct sock_filter),
 				       l->handover_flags);
-	if (l->handover) {
-		struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
-		struct __user_cap_data_struct d[2];
-		for (int i = 0; i < 2; i++)
-			d[i] = (struct __user_cap_data_struct){.effective = p->keep_caps[i], .permitted = p->keep_caps[i]};
-		if ((r = RAW(SYS_capset, &h, d)) < 0)
-			die_parts(c, (const char *[]){"drop privileges", NULL}, (const char *[]){"set capability sets", NULL}, (int)-r);
-		if (p->no_new_privs && (r = RAW(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) < 0)
-			die_parts(c, (const char *[]){"drop privileges", NULL}, (const char *[]){"set no_new_privs", NULL}, (int)-r);
-		/* On the loader alone: init is still building the root. */
-		load_filter(c, rel, rel->u.flags & ~(unsigned)(SECCOMP_FILTER_FLAG_TSYNC | SECCOMP_FILTER_FLAG_TSYNC_ESRCH),
-			    &l->listener);
-	}
+	if (l->handover)
+		loader_load(l, (const unsigned char *)rel->u.b, rel->len);
 	loader_set(LOADER_LOADED);
 }
 
@@ -1712,6 +1795,7 @@ static void loader_release(struct loader *l)
 static void loader_main(void *arg)
 {
 	struct loader *l = arg;
+	loader_preload(l);
 	loader_verify(l);
 	loader_release(l);
 	loader_wait(LOADER_GO);
@@ -2242,12 +2326,12 @@ static _Noreturn void child(const struct ar_plan *p, int heap_left_behind)
 	/* Everything so far ran while the parent placed init in its cgroup and
 	 * compiled the filter, and the loader made the network namespace and
 	 * loaded the filter; nothing of the command runs before all of it. */
-	await_loader(LOADER_LOADED);
 	await_net();
 	/* Detaching the old root waits for an expedited RCU grace period,
-	 * which a CPU busy in the kernel (the loader making the network
-	 * namespace) holds up; by now the loader is idle. */
+	 * which a CPU busy in the kernel (the net thread making the network
+	 * namespace) holds up; by now that thread is gone. */
 	finish_root(&c);
+	await_loader(LOADER_LOADED);
 	if (chdir(p->cwd) < 0) {
 		int e = errno;
 		die_parts(&c, (const char *[]){"chdir ", p->cwd, NULL}, (const char *[]){NULL}, e);

@@ -106,6 +106,13 @@ struct ar_plan {
 	 * found the plan to be its own). Set by the starter, never part of an
 	 * image. */
 	int await_verify;
+	/* The release the express path will send (its record's), known
+	 * before the init starts: the loader may load its filter while the
+	 * parent is still checking, and hands it over only if the release
+	 * that comes is this one, byte for byte. Set by the constructor,
+	 * never part of an image. */
+	const unsigned char *early_release;
+	size_t early_release_len;
 };
 
 /* The most fds, mounts, devices... a plan may carry: the child keeps
@@ -317,13 +324,18 @@ int ar_open_cached(const char *dir, const char *name, uid_t euid, struct stat *s
  * ar_express_open opens the record of the image dir/name (ar_open_cached),
  * -1 when there is none or AGENTRUN_EXPRESS turns the path off; ar_prestart
  * opens it before the starter, whose kind depends on it.
+ * ar_express_read, called by ar_prestart before the starter, reads and
+ * closes fd: 0 when it holds a record for img, whose release message it
+ * points *rel at (the plan's early_release); -1 otherwise.
  * ar_express, called by ar_prestart once an init is being started from the
- * image, reads and closes fd, runs the spawn to its end and exits when every
- * fingerprint still holds and the cgroup can be made; otherwise it returns
- * with nothing changed, 1 when the record held all the same.
+ * image and ar_express_read found the record, runs the spawn to its end and
+ * exits when every fingerprint still holds and the cgroup can be made;
+ * otherwise it returns with nothing changed, 1 when the record held all
+ * the same.
  */
 int ar_express_open(const char *dir, const char *name, uid_t euid, struct stat *st);
-int ar_express(const struct ar_image *img, int fd, const struct stat *st, uid_t euid); /* 1: the record held */
+int ar_express_read(const struct ar_image *img, int fd, const struct stat *st, const unsigned char **rel, size_t *rel_len);
+int ar_express(const struct ar_image *img, uid_t euid); /* 1: the record held */
 
 /* ar_image_load validates img (len bytes, writable, relocated in place)
  * and returns its plan, or NULL with errno set. check_sum 0 skips the

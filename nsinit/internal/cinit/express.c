@@ -698,27 +698,36 @@ int ar_express_open(const char *dir, const char *name, uid_t euid, struct stat *
 	return fd;
 }
 
-int ar_express(const struct ar_image *img, int fd, const struct stat *st, uid_t euid)
+/* The record of this process's spawn: one per process, like the image. */
+static struct express rec;
+
+int ar_express_read(const struct ar_image *img, int fd, const struct stat *st, const unsigned char **rel, size_t *rel_len)
 {
-	static struct express x;
 	static char text[EXPRESS_MAX];
 	size_t len = (size_t)st->st_size;
 	if (len >= sizeof text) {
 		close(fd);
 		trace("off", "record too large");
-		return 0;
+		return -1;
 	}
 	int rd = ar_read_all(fd, text, len);
 	close(fd);
-	/* Field by field: x is static, so zero already, and a compound
+	/* Field by field: rec is static, so zero already, and a compound
 	 * literal would clear its 32 KiB release buffer page by page. */
-	x.text = text;
-	x.len = len;
-	memcpy(x.path, express_path, sizeof x.path);
-	if (rd < 0 || parse(&x) < 0 || x.image_sum != img->checksum) {
+	rec.text = text;
+	rec.len = len;
+	memcpy(rec.path, express_path, sizeof rec.path);
+	if (rd < 0 || parse(&rec) < 0 || rec.image_sum != img->checksum) {
 		trace("off", "record not for this image");
-		return 0;
+		return -1;
 	}
+	*rel = rec.release;
+	*rel_len = rec.release_len;
+	return 0;
+}
+
+int ar_express(const struct ar_image *img, uid_t euid)
+{
 	/* Go lowers an rlimit above the hard limit this process holds, with
 	 * a warning: a record exists only for plans it did not lower. */
 	for (int i = 0; i < img->plan->nrlimits; i++) {
@@ -730,8 +739,8 @@ int ar_express(const struct ar_image *img, int fd, const struct stat *st, uid_t 
 		}
 	}
 	/* Every input of the plan as it was compiled. */
-	char *at = x.prints;
-	for (char *line; (line = next_line(&x, &at)) && strcmp(line, "end") != 0;) {
+	char *at = rec.prints;
+	for (char *line; (line = next_line(&rec, &at)) && strcmp(line, "end") != 0;) {
 		const char *what = NULL;
 		if (!check_print(line, &what)) {
 			trace("off", what ? what : "bad fingerprint");
@@ -744,40 +753,40 @@ int ar_express(const struct ar_image *img, int fd, const struct stat *st, uid_t 
 		trace("off", "pid namespace");
 		return 1;
 	}
-	x.self_ns = (unsigned long long)ns.st_ino;
+	rec.self_ns = (unsigned long long)ns.st_ino;
 	/* A sandbox without a cgroup never made the state directory; one
 	 * that is missing holds no records. */
 	struct stat sd;
-	int no_dir = x.no_cgroup && lstat(x.state_dir, &sd) < 0 && errno == ENOENT;
-	if (!no_dir && (!private_dir(x.state_dir, euid) || records_left(x.state_dir, x.self_ns))) {
+	int no_dir = rec.no_cgroup && lstat(rec.state_dir, &sd) < 0 && errno == ENOENT;
+	if (!no_dir && (!private_dir(rec.state_dir, euid) || records_left(rec.state_dir, rec.self_ns))) {
 		trace("off", "cgroup records to sweep");
 		return 1;
 	}
 	static struct cg c;
 	c.tasks = -1;
-	if (!x.no_cgroup && cg_create(&x, &c) < 0) {
-		cg_remove(&x, &c);
+	if (!rec.no_cgroup && cg_create(&rec, &c) < 0) {
+		cg_remove(&rec, &c);
 		trace("off", "cgroup");
 		return 1;
 	}
 	/* From here on the signals belong to the command; until the init
 	 * runs it, they are held. */
-	if (ar_sigfwd_install(x.sigs, x.nsigs) < 0) {
-		cg_remove(&x, &c);
+	if (ar_sigfwd_install(rec.sigs, rec.nsigs) < 0) {
+		cg_remove(&rec, &c);
 		trace("off", "signals");
 		return 1;
 	}
 	int starter;
 	struct ar_prestart pre = ar_prestart_take_unreaped(&starter);
 	if (pre.state != AR_PRESTART_STARTED) {
-		cg_remove(&x, &c);
+		cg_remove(&rec, &c);
 		ar_prestart_put_back(&pre);
 		/* Signals that came meanwhile end the process as they would have
 		 * before Go hooked them. */
 		sigset_t held;
 		sigemptyset(&held);
-		for (int i = 0; i < x.nsigs; i++)
-			sigaddset(&held, x.sigs[i]);
+		for (int i = 0; i < rec.nsigs; i++)
+			sigaddset(&held, rec.sigs[i]);
 		sigprocmask(SIG_BLOCK, &held, NULL);
 		ar_sigfwd_uninstall_raise();
 		sigprocmask(SIG_UNBLOCK, &held, NULL);
@@ -785,5 +794,5 @@ int ar_express(const struct ar_image *img, int fd, const struct stat *st, uid_t 
 		return 1;
 	}
 	trace("used", NULL);
-	run(&x, &c, &pre, starter);
+	run(&rec, &c, &pre, starter);
 }

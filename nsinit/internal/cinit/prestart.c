@@ -131,7 +131,8 @@ static int plan_ok(const struct bounds *b, const struct ar_plan *p)
 {
 	if (!in(b, p, sizeof *p) || (uintptr_t)p % 8)
 		return 0;
-	if (p->task_fds || p->ntask_fds || p->nheap || p->argv || p->cgroup_fd != -1 || p->await_verify)
+	if (p->task_fds || p->ntask_fds || p->nheap || p->argv || p->cgroup_fd != -1 || p->await_verify ||
+	    p->early_release || p->early_release_len)
 		return 0;
 	/* Whatever else it says, an image's init works in namespaces of its
 	 * own: it runs before anything was checked. */
@@ -716,6 +717,9 @@ void ar_prestart(int argc, char **argv, char **envp)
 	int shared = 0;
 	struct stat xst;
 	int xfd = policy_unhashed ? -1 : ar_express_open(dir, name, euid, &xst);
+	/* Read before the starter: the init may load the record's filter
+	 * while this process checks the rest of it (early_release). */
+	int have_record = xfd >= 0 && ar_express_read(h, xfd, &xst, &p->early_release, &p->early_release_len) == 0;
 	if (xfd >= 0) {
 		size_t guard = (size_t)sysconf(_SC_PAGESIZE);
 		char *stk = mmap(NULL, guard + STARTER_STACK, PROT_READ | PROT_WRITE,
@@ -738,8 +742,6 @@ void ar_prestart(int argc, char **argv, char **envp)
 	close(sv[1]);
 	close(pp[1]);
 	if (starter < 0) {
-		if (xfd >= 0)
-			close(xfd);
 		close(pp[0]);
 		close(sv[0]);
 		goto unmap;
@@ -756,8 +758,8 @@ void ar_prestart(int argc, char **argv, char **envp)
 	result.image_len = len;
 	result.argv = av;
 	result.no_express = policy_unhashed;
-	if (xfd >= 0)
-		result.express_held = ar_express(h, xfd, &xst, euid);
+	if (have_record)
+		result.express_held = ar_express(h, euid);
 	return;
 
 close_sock:
