@@ -751,4 +751,22 @@ func TestExpressEarlyFilter(t *testing.T) {
 			t.Errorf("the default profile does not hold after the adoption:\n%s", r)
 		}
 	})
+
+	t.Run("record filter the kernel refuses", func(t *testing.T) {
+		ws := newWorkspace(t)
+		cfg := spawnCfg{ws: ws}
+		warmExpress(t, cfg)
+		// An opcode the kernel rejects, after the last return: the
+		// loader's check passes it, the load fails. Go's release, sent
+		// after the express path stood aside, must still run.
+		tamperRecord(t, ws, bpfRelease(unix.SYS_UNAME)+"ffff000000000000", true)
+		r, said := expressSpawn(t, cfg, "/bin/sh", "-c", "grep '^Seccomp:' /proc/self/status; exit 3")
+		if said != "off /proc/self/cgroup" {
+			t.Fatalf("the express path said %q, want it to stand aside at the C fingerprint", said)
+		}
+		mustExit(t, r, 3, "the spawn Go ran after a preload that failed")
+		if !strings.Contains(r.stdout, "Seccomp:\t2") {
+			t.Errorf("the command runs without the release's filter:\n%s", r)
+		}
+	})
 }

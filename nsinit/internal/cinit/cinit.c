@@ -1350,7 +1350,8 @@ static void await_release(struct ctx *c, struct release *r)
 /* join_release_cgroups moves the calling thread into the cgroups the
  * release named; the last of init's threads to join also closes the
  * files. Each thread joins as soon as it may: the loader before it loads
- * the filter, so that the program's memory is charged to the sandbox. */
+ * the filter, so that the program's memory is charged to the sandbox
+ * (after it, when it preloaded the filter: loader_preload). */
 static void join_release_cgroups(struct ctx *c, struct release *r, int last)
 {
 	for (int i = 0; i < r->ntasks; i++) {
@@ -1426,7 +1427,10 @@ static void drop_privileges(struct ctx *c)
  * be gone. A filter that does not allow each of them whatever its
  * arguments (handover_allowed) is loaded by init itself after the loader
  * has gone, as is any filter when init already ran under one (TSYNC would
- * then not apply the filter's speculation mitigations to init).
+ * then not apply the filter's speculation mitigations to init). A
+ * preloaded filter also sees the loader receive 'v' and the release, join
+ * the cgroups and, on a failure, report it (early_allowed); one that does
+ * not allow those is not preloaded.
  *
  * The loader reads the sync socket from its start ('v', then the release);
  * init waits for its state, and for the net thread's. Both threads share
@@ -1584,9 +1588,12 @@ static int handover_allowed(const struct sock_filter *f, size_t n, unsigned hand
 #endif
 }
 
+#if LOADER_THREAD
 /* early_allowed says whether the filter allows every system call the
  * loader makes under a preloaded filter until the release is in
- * (loader_verify, await_release, join_release_cgroups, loader_release). */
+ * (loader_verify, await_release, join_release_cgroups, loader_release),
+ * and the error report of die_parts on the way: a thread killed there
+ * would leave init waiting for it. */
 static int early_allowed(const struct sock_filter *f, size_t n, int sync)
 {
 #ifdef NATIVE_AUDIT_ARCH
@@ -1595,6 +1602,7 @@ static int early_allowed(const struct sock_filter *f, size_t n, int sync)
 		{SYS_recvmsg, 1u | 1u << 2, {(uint64_t)sync, 0, MSG_TRUNC | MSG_CMSG_CLOEXEC}},
 		{SYS_write, 1u << 2, {0, 0, 1}},
 		{SYS_close, 0, {0}},
+		{SYS_sendto, 0x39u, {(uint64_t)sync, 0, 0, MSG_NOSIGNAL, 0, 0}},
 	};
 	for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++)
 		if (!filter_allows(f, n, NATIVE_AUDIT_ARCH, &calls[i]))
@@ -1607,6 +1615,7 @@ static int early_allowed(const struct sock_filter *f, size_t n, int sync)
 	return 0;
 #endif
 }
+#endif
 
 int ar_filter_allows(const void *filter, size_t n, uint32_t nr, unsigned known, const uint64_t *args)
 {
@@ -1711,46 +1720,53 @@ static void loader_verify(struct loader *l)
 
 /* loader_load loads the release message's filter (len bytes at b) on the
  * loader alone, with the command's capabilities and no_new_privs, as the
- * kernel would judge init's own load; init is still building the root. */
-static void loader_load(struct loader *l, const unsigned char *b, size_t len)
+ * kernel would judge init's own load; init is still building the root.
+ * Returns 0, or -errno with *step naming what failed. */
+static int loader_load(struct loader *l, const unsigned char *b, size_t len, const char **step)
 {
-	struct ctx *c = &l->c;
-	const struct ar_plan *p = c->p;
+	const struct ar_plan *p = l->c.p;
 	long r;
 	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
 	struct __user_cap_data_struct d[2];
 	for (int i = 0; i < 2; i++)
 		d[i] = (struct __user_cap_data_struct){.effective = p->keep_caps[i], .permitted = p->keep_caps[i]};
+	*step = "set capability sets";
 	if ((r = RAW(SYS_capset, &h, d)) < 0)
-		die_parts(c, (const char *[]){"drop privileges", NULL}, (const char *[]){"set capability sets", NULL}, (int)-r);
+		return (int)r;
+	*step = "set no_new_privs";
 	if (p->no_new_privs && (r = RAW(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) < 0)
-		die_parts(c, (const char *[]){"drop privileges", NULL}, (const char *[]){"set no_new_privs", NULL}, (int)-r);
+		return (int)r;
 	uint32_t flags;
 	memcpy(&flags, b, sizeof flags);
 	struct sock_fprog prog = {
 		.len = (unsigned short)((len - 4) / sizeof(struct sock_filter)),
 		.filter = (struct sock_filter *)(b + 4),
 	};
+	*step = "load filter";
 	r = RAW(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags & ~(unsigned)(SECCOMP_FILTER_FLAG_TSYNC | SECCOMP_FILTER_FLAG_TSYNC_ESRCH),
 		&prog);
 	if (r < 0)
-		die_parts(c, (const char *[]){"seccomp", NULL}, (const char *[]){"load filter", NULL}, (int)-r);
+		return (int)r;
 	l->listener = flags & SECCOMP_FILTER_FLAG_NEW_LISTENER ? r : -1;
+	return 0;
 }
 
+#if LOADER_THREAD
 /* loader_preload loads the plan's early_release before the parent has
  * checked anything, when the loader could hand it over and the steps it
  * takes under it until the release (early_allowed) are allowed. The
  * filter only restricts the loader, so loading one that never gets used
- * (another release, no 'v') costs nothing but the load. Its program's
- * memory is charged to the caller's memory cgroup, not the sandbox's,
- * which the loader joins only with the release: a fixed few pages. */
+ * (another release, no 'v') costs nothing but the load; a load that
+ * fails leaves the release to the ordinary steps, which report it if it
+ * is the release's own filter. Its program's memory is charged to the
+ * caller's memory cgroup, not the sandbox's, which the loader joins only
+ * with the release: a fixed few pages. Runs in the loader thread alone. */
 static void loader_preload(struct loader *l)
 {
 	const struct ar_plan *p = l->c.p;
 	const unsigned char *b = p->early_release;
 	size_t len = p->early_release_len;
-	if (!l->threaded || !l->unfiltered || !b || len <= 4 || len > AR_RELEASE_MAX || (len - 4) % sizeof(struct sock_filter))
+	if (!l->unfiltered || !b || len <= 4 || len > AR_RELEASE_MAX || (len - 4) % sizeof(struct sock_filter))
 		return;
 	uint32_t flags;
 	memcpy(&flags, b, sizeof flags);
@@ -1759,9 +1775,10 @@ static void loader_preload(struct loader *l)
 	unsigned hf = SECCOMP_FILTER_FLAG_TSYNC | (flags & SECCOMP_FILTER_FLAG_SPEC_ALLOW);
 	if (!handover_allowed(f, n, hf) || !early_allowed(f, n, l->c.sync))
 		return;
-	loader_load(l, b, len);
-	l->early = 1;
+	const char *step;
+	l->early = loader_load(l, b, len, &step) == 0;
 }
+#endif
 
 static void loader_release(struct loader *l)
 {
@@ -1786,8 +1803,11 @@ static void loader_release(struct loader *l)
 	l->handover = l->threaded && rel->len > 4 && l->unfiltered &&
 		      handover_allowed((const struct sock_filter *)(rel->u.b + 4), (rel->len - 4) / sizeof(struct sock_filter),
 				       l->handover_flags);
-	if (l->handover)
-		loader_load(l, (const unsigned char *)rel->u.b, rel->len);
+	const char *step;
+	long r;
+	if (l->handover && (r = loader_load(l, (const unsigned char *)rel->u.b, rel->len, &step)) < 0)
+		die_parts(c, (const char *[]){strcmp(step, "load filter") == 0 ? "seccomp" : "drop privileges", NULL},
+			  (const char *[]){step, NULL}, (int)-r);
 	loader_set(LOADER_LOADED);
 }
 
@@ -2323,9 +2343,11 @@ static _Noreturn void child(const struct ar_plan *p, int heap_left_behind)
 	if (sfd < 0)
 		die(&c, "signalfd");
 
-	/* Everything so far ran while the parent placed init in its cgroup and
-	 * compiled the filter, and the loader made the network namespace and
-	 * loaded the filter; nothing of the command runs before all of it. */
+	/* Everything so far ran while the parent checked the plan, made the
+	 * cgroup and compiled the filter, the net thread made the network
+	 * namespace and the loader loaded the filter; nothing of the command
+	 * runs before all of it. The old root goes first: it need not wait
+	 * for the parent. */
 	await_net();
 	/* Detaching the old root waits for an expedited RCU grace period,
 	 * which a CPU busy in the kernel (the net thread making the network
