@@ -57,7 +57,17 @@ const MountTypeCopy = "agentrun-copy"
 const (
 	copyMaxFile  = 16 << 10
 	copyMaxTotal = 512 << 10
+	// A root template copies its files once per host state, so a bigger
+	// file is worth a copy there: each bind is a mount per spawn.
+	templateCopyMax = 256 << 10
 )
+
+// AnnotationTemplateCopies lists, comma-separated, the destinations of
+// read-only binds of /etc files that a root template may hold as copies
+// (mounts.AnnotationTemplateCopies): files too big to copy into every
+// fresh root, small enough to copy into a template once. Without a
+// template they stay binds; binds the caller asked for are never listed.
+const AnnotationTemplateCopies = "run.agentrun.template-copies"
 
 // Default tmpfs caps.
 const (
@@ -195,9 +205,12 @@ func Compile(p *Policy, h *HostInfo) (*specs.Spec, error) {
 	}
 	addResources(s.Linux, &p.Limits)
 
-	mounts, err := systemMounts(h)
+	mounts, templateCopies, err := systemMounts(h)
 	if err != nil {
 		return nil, err
+	}
+	if len(templateCopies) > 0 {
+		s.Annotations[AnnotationTemplateCopies] = strings.Join(templateCopies, ",")
 	}
 	ws, err := userBind(h, h.Workspace, "/workspace", false)
 	if err != nil {
@@ -317,9 +330,11 @@ func roBind(src, dest string) specs.Mount {
 }
 
 // systemMounts is the fixed part of the root: system directories, selected
-// /etc entries, /proc, a minimal /dev and the scratch tmpfs mounts.
-func systemMounts(h *HostInfo) ([]specs.Mount, error) {
+// /etc entries, /proc, a minimal /dev and the scratch tmpfs mounts, and the
+// /etc binds a root template may copy (AnnotationTemplateCopies).
+func systemMounts(h *HostInfo) ([]specs.Mount, []string, error) {
 	var ms []specs.Mount
+	var templateCopies []string
 	for _, d := range systemDirs {
 		fi, err := h.Lstat(d)
 		if err != nil {
@@ -328,7 +343,7 @@ func systemMounts(h *HostInfo) ([]specs.Mount, error) {
 		if fi.Mode()&fs.ModeSymlink != 0 {
 			target, err := h.Readlink(d)
 			if err != nil {
-				return nil, fmt.Errorf("compile: readlink %s: %w", d, err)
+				return nil, nil, fmt.Errorf("compile: readlink %s: %w", d, err)
 			}
 			ms = append(ms, specs.Mount{Destination: d, Type: MountTypeSymlink, Source: target})
 			continue
@@ -358,10 +373,14 @@ func systemMounts(h *HostInfo) ([]specs.Mount, error) {
 		// sandbox user, so a file its owner or group alone may read would
 		// become readable in the sandbox (or, where the init cannot read
 		// it either, fail every spawn). A bind shows it as on the host.
-		if fi.Mode().IsRegular() && fi.Mode().Perm()&0o004 != 0 && fi.Size() <= copyMaxFile && copied+fi.Size() <= copyMaxTotal {
+		readable := fi.Mode().IsRegular() && fi.Mode().Perm()&0o004 != 0
+		if readable && fi.Size() <= copyMaxFile && copied+fi.Size() <= copyMaxTotal {
 			copied += fi.Size()
 			ms = append(ms, specs.Mount{Destination: f, Type: MountTypeCopy, Source: src})
 			continue
+		}
+		if readable && fi.Size() <= templateCopyMax {
+			templateCopies = append(templateCopies, f)
 		}
 		ms = append(ms, roBind(src, f))
 	}
@@ -378,7 +397,7 @@ func systemMounts(h *HostInfo) ([]specs.Mount, error) {
 		tmpfs("/tmp", defaultTmpSize, "1777"),
 		tmpfs("/var/tmp", defaultVarTmpSize, "1777"),
 	)
-	return ms, nil
+	return ms, templateCopies, nil
 }
 
 // userBind is a bind of a caller-chosen host path. As root it carries an

@@ -390,6 +390,32 @@ func TestCompileCopiesOnlyWorldReadableEtcFiles(t *testing.T) {
 	}
 }
 
+// TestCompileTemplateCopies: /etc files too big to copy into every root
+// but small enough for a template, and readable by all, are listed for the
+// root template to copy; unreadable, too big and copied files are not,
+// and neither is anything the caller binds.
+func TestCompileTemplateCopies(t *testing.T) {
+	f := newFakeFS()
+	f.files["/etc/gitconfig"] = true
+	f.files["/etc/services"] = true
+	f.files["/srv/big"] = true
+	f.sizes["/etc/gitconfig"] = copyMaxFile + 1
+	f.sizes["/etc/services"] = templateCopyMax + 1
+	f.sizes["/srv/big"] = copyMaxFile + 1
+	f.modes = map[string]fs.FileMode{"/etc/gitconfig": 0o640}
+	p := &Policy{Command: []string{"true"}, Mounts: []Mount{{Source: "/srv/big", Dest: "/etc/protocols", Mode: MountRO}}}
+	s, err := Compile(p, f.host(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Annotations[AnnotationTemplateCopies]; got != "/etc/mime.types" {
+		t.Errorf("template copies %q, want /etc/mime.types alone", got)
+	}
+	if m := mountAt(s, "/etc/mime.types"); m == nil || m.Type != "bind" || !hasOption(m, "ro") {
+		t.Errorf("a listed file stays a read-only bind in the spec, got %+v", m)
+	}
+}
+
 // TestCompileRefusesWritableState: a bind (the workspace, --rw, --ro) that
 // holds agentrun's state, or lies in it, would let the sandbox plant a plan
 // or a filter that a later spawn runs, or read other spawns' environments

@@ -17,6 +17,7 @@ pkgs=(
 	musl-tools                                  # the CLI links against musl (Makefile)
 	git python3 iproute2 util-linux procps sudo # tools the sandbox tests run inside
 	ca-certificates
+	media-types                                 # /etc/mime.types (72 KiB): a root template copies it (template_test.go)
 )
 missing=()
 for p in "${pkgs[@]}"; do

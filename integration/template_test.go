@@ -146,6 +146,44 @@ func TestRootTemplate(t *testing.T) {
 	}
 }
 
+// TestRootTemplateCopiesBigEtcFiles: an /etc file too big to copy into
+// every fresh root (over 16 KiB) is bound there, but copied into a root
+// template once: the sandbox on a template sees the host's content with
+// no mount for it, one without a template a read-only bind.
+func TestRootTemplateCopiesBigEtcFiles(t *testing.T) {
+	const f = "/etc/mime.types" // media-types, which .ci/setup.sh installs
+	fi, err := os.Stat(f)
+	if err != nil || fi.Size() <= 16<<10 || fi.Size() > 256<<10 || fi.Mode().Perm()&0o004 == 0 {
+		t.Skipf("needs a world-readable %s of 16-256 KiB (Debian's media-types): %v", f, err)
+	}
+	env, dir := templateEnv(t)
+	ws := newWorkspace(t)
+	cfg := spawnCfg{ws: ws, env: env}
+	script := rootLine + `; awk '$5 == "` + f + `"' /proc/self/mountinfo | wc -l; cat ` + f + ` > /workspace/copy`
+	r := spawn(t, cfg, "/bin/sh", "-c", script)
+	mustExit(t, r, 0, "a spawn on a root template")
+	tmpl := templateIn(t, r, dir)
+	if n := strings.Fields(r.stdout); len(n) == 0 || n[len(n)-1] != "0" {
+		t.Errorf("%s is still a mount on a template:\n%s", f, r)
+	}
+	if !exists(filepath.Join(tmpl, f)) {
+		t.Errorf("the template %s holds no copy of %s", tmpl, f)
+	}
+	if sha256File(t, filepath.Join(ws, "copy")) != sha256File(t, f) {
+		t.Errorf("the sandbox's %s differs from the host's", f)
+	}
+	off := cfg
+	off.env = append(append([]string(nil), env...), "AGENTRUN_TEMPLATE=0")
+	r = spawn(t, off, "/bin/sh", "-c", script)
+	mustExit(t, r, 0, "a spawn without a template")
+	if n := strings.Fields(r.stdout); len(n) == 0 || n[len(n)-1] != "1" {
+		t.Errorf("without a template %s must be one read-only bind:\n%s", f, r)
+	}
+	if sha256File(t, filepath.Join(ws, "copy")) != sha256File(t, f) {
+		t.Errorf("the sandbox's %s differs from the host's without a template", f)
+	}
+}
+
 // TestRootTemplateNotForAdmin: a sandbox that keeps CAP_SYS_ADMIN could
 // remount a shared root read-write, so it gets a root of its own.
 func TestRootTemplateNotForAdmin(t *testing.T) {

@@ -63,6 +63,16 @@ func TemplateLock(m *specs.Mount) string {
 // as it was. The coarse clocks tick in milliseconds; two seconds is ample.
 const templateSettle = 2 * time.Second
 
+// AnnotationTemplateCopies lists, comma-separated, the destinations of
+// read-only binds of regular files that a template may hold as copies
+// (agentrun.AnnotationTemplateCopies, set by the compiler for /etc files
+// too big to copy into every fresh root). Binds not listed stay binds.
+const AnnotationTemplateCopies = "run.agentrun.template-copies"
+
+// templateCopyMax bounds a listed file a template copies; a bigger one
+// stays a bind.
+const templateCopyMax = 1 << 20
+
 // templateKeep is how long a template nobody uses stays after a newer one
 // was built: spawns that alternate between policies keep theirs.
 const templateKeep = 10 * time.Minute
@@ -116,6 +126,10 @@ func SkeletonOf(spec *specs.Spec, now time.Time) (*Skeleton, error) {
 		}
 	}
 	s := &Skeleton{}
+	var copyBinds []string
+	if v := spec.Annotations[AnnotationTemplateCopies]; v != "" {
+		copyBinds = strings.Split(v, ",")
+	}
 	at := map[string]int{} // path -> index in s.entries
 	var mounted []string   // destinations of binds and new filesystems so far
 	add := func(e entry) error {
@@ -171,7 +185,7 @@ func SkeletonOf(spec *specs.Spec, now time.Time) (*Skeleton, error) {
 		case m.Type == TypeSymlink:
 			err = add(entry{path: dest, kind: 'l', target: m.Source})
 			s.covered = append(s.covered, i)
-		case m.Type == TypeCopy:
+		case m.Type == TypeCopy || copyBind(m, dest, copyBinds):
 			var st unix.Stat_t
 			if err := unix.Lstat(m.Source, &st); err != nil {
 				return nil, notTemplatable("copy source %s: %v", m.Source, err)
@@ -220,6 +234,20 @@ func SkeletonOf(spec *specs.Spec, now time.Time) (*Skeleton, error) {
 		}
 	}
 	return s, nil
+}
+
+// copyBind reports whether m, at dest, is a read-only bind the template
+// may hold as a copy (AnnotationTemplateCopies): of a regular file anyone
+// may read, as a copy must be, and not too big. Otherwise, as when the
+// file changed since it was compiled, it stays a bind.
+func copyBind(m *specs.Mount, dest string, listed []string) bool {
+	if m.Type != "bind" || !slices.Contains(listed, dest) || !slices.Contains(m.Options, "ro") ||
+		slices.Contains(m.Options, "rw") || len(m.UIDMappings) > 0 || len(m.GIDMappings) > 0 {
+		return false
+	}
+	var st unix.Stat_t
+	return unix.Lstat(m.Source, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Mode&unix.S_IROTH != 0 &&
+		st.Size <= templateCopyMax
 }
 
 // Key names the template: a digest of the skeleton, of the copy sources'

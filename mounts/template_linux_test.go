@@ -51,6 +51,15 @@ func templateSpec(t *testing.T) (*specs.Spec, string) {
 	return spec, src
 }
 
+// kinds maps each entry of s to its kind.
+func kinds(s *Skeleton) map[string]byte {
+	got := map[string]byte{}
+	for _, e := range s.entries {
+		got[e.path] = e.kind
+	}
+	return got
+}
+
 // later is a "now" by which every copy source has settled.
 func later() time.Time { return time.Now().Add(templateSettle + time.Second) }
 
@@ -60,10 +69,7 @@ func TestSkeletonOf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]byte{}
-	for _, e := range s.entries {
-		got[e.path] = e.kind
-	}
+	got := kinds(s)
 	want := map[string]byte{
 		"/usr": 'd', "/bin": 'l', "/etc": 'd', "/etc/passwd": 'c', "/etc/hosts": 'c', "/etc/ssl": 'd',
 		"/etc/ssl/certs": 'd', "/etc/one-file": 'f', "/proc": 'd', "/dev": 'd', "/var": 'd', "/var/tmp": 'd',
@@ -98,6 +104,53 @@ func TestSkeletonOf(t *testing.T) {
 	}
 	if len(spec.Mounts) != 11 {
 		t.Error("Spec changed its input")
+	}
+}
+
+// TestSkeletonOfCopyBinds: a read-only bind of a file the compiler listed
+// (AnnotationTemplateCopies) becomes a copy in the template, and leaves
+// the spec; one that is not listed, not read-only, or whose file anyone
+// may no longer read stays a bind.
+func TestSkeletonOfCopyBinds(t *testing.T) {
+	spec, src := templateSpec(t)
+	priv := filepath.Join(src, "private")
+	if err := os.WriteFile(priv, []byte("secret\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	pub := filepath.Join(src, "passwd")
+	spec.Mounts = append(spec.Mounts,
+		specs.Mount{Destination: "/etc/private", Type: "bind", Source: priv, Options: []string{"bind", "ro"}},
+		specs.Mount{Destination: "/etc/rw-file", Type: "bind", Source: pub, Options: []string{"bind", "rw"}})
+	spec.Annotations = map[string]string{AnnotationTemplateCopies: "/etc/one-file,/etc/private,/etc/rw-file"}
+	s, err := SkeletonOf(spec, later())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := kinds(s)
+	for p, k := range map[string]byte{"/etc/one-file": 'c', "/etc/private": 'f', "/etc/rw-file": 'f', "/etc/passwd": 'c'} {
+		if got[p] != k {
+			t.Errorf("entry %s: kind %q, want %q", p, got[p], k)
+		}
+	}
+	out := s.Spec(spec, &Template{Dir: "/templates/k", Lock: "/locks/k.lock"})
+	var kept []string
+	for _, m := range out.Mounts[1:] {
+		if strings.HasPrefix(m.Destination, "/etc/") {
+			kept = append(kept, m.Destination)
+		}
+	}
+	if strings.Join(kept, " ") != "/etc/ssl/certs /etc/private /etc/rw-file" {
+		t.Errorf("/etc mounts left to the init: %v", kept)
+	}
+	// Unlisted, the same bind stays one.
+	delete(spec.Annotations, AnnotationTemplateCopies)
+	if s, err = SkeletonOf(spec, later()); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range s.entries {
+		if e.path == "/etc/one-file" && e.kind != 'f' {
+			t.Errorf("an unlisted bind became %q", e.kind)
+		}
 	}
 }
 
