@@ -101,7 +101,17 @@ type HostInfo struct {
 	// there would see other spawns' environments (plans hold them), so no
 	// bind may hold one or lie in one.
 	StateRoots []string
+	// StateIDs are the identities of the state roots that exist, and
+	// StateChain those of every directory from each root up to "/", each
+	// with the root's path: the same directories reached by another path
+	// (a bind mount of /run elsewhere on the host) are refused too. Empty
+	// where the host gives no identities.
+	StateIDs, StateChain map[FileID]string
 }
+
+// FileID is a file's device and inode number: a directory has the same one
+// under every path that reaches it, a bind mount's included.
+type FileID struct{ Dev, Ino uint64 }
 
 // systemDirs are bound read-only (or recreated as symlinks when the host
 // has them as symlinks, as on merged-/usr systems).
@@ -403,7 +413,7 @@ func systemMounts(h *HostInfo) ([]specs.Mount, []string, error) {
 // userBind is a bind of a caller-chosen host path. As root it carries an
 // idmap that presents the path's owner as the sandbox user.
 func userBind(h *HostInfo, src, dest string, readonly bool) (specs.Mount, error) {
-	if err := stateBindErr(h.StateRoots, src, dest); err != nil {
+	if err := stateBindErr(h, src, dest); err != nil {
 		return specs.Mount{}, err
 	}
 	opts := []string{"rbind", "rw", "nosuid", "nodev"}
@@ -427,15 +437,43 @@ func userBind(h *HostInfo, src, dest string, readonly bool) (specs.Mount, error)
 }
 
 // stateBindErr refuses a bind of src (at dest) that holds or lies in one
-// of agentrun's state roots (HostInfo.StateRoots).
-func stateBindErr(roots []string, src, dest string) error {
-	for _, r := range roots {
+// of agentrun's state roots (HostInfo.StateRoots), by path and, where the
+// host gives identities, by the identities of src and the directories
+// above it (HostInfo.StateIDs, StateChain).
+func stateBindErr(h *HostInfo, src, dest string) error {
+	refuse := func(r string) error {
+		return policyErr("a bind of %s at %s would give the sandbox agentrun's state in %s, whose cached plans "+
+			"later spawns run and which hold other spawns' environments: bind a directory that neither holds it nor lies in it", src, dest, r)
+	}
+	for _, r := range h.StateRoots {
 		if statedir.Within(src, r) || statedir.Within(r, src) {
-			return policyErr("a bind of %s at %s would give the sandbox agentrun's state in %s, whose cached plans "+
-				"later spawns run and which hold other spawns' environments: bind a directory that neither holds it nor lies in it", src, dest, r)
+			return refuse(r)
 		}
 	}
-	return nil
+	if len(h.StateIDs)+len(h.StateChain) == 0 || h.Lstat == nil {
+		return nil
+	}
+	resolved := path.Clean(src)
+	if h.Resolve != nil {
+		if t, err := h.Resolve(src); err == nil && path.IsAbs(t) {
+			resolved = path.Clean(t)
+		}
+	}
+	for p := resolved; ; p = path.Dir(p) {
+		if fi, err := h.Lstat(p); err == nil {
+			if id, ok := fileID(fi); ok {
+				if r, in := h.StateIDs[id]; in {
+					return refuse(r) // src is a state root or lies in one
+				}
+				if r, holds := h.StateChain[id]; holds && p == resolved {
+					return refuse(r) // src is a directory above a state root
+				}
+			}
+		}
+		if p == path.Dir(p) {
+			return nil
+		}
+	}
 }
 
 // reservedDests may not be replaced or shadowed by extra mounts.

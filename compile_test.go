@@ -18,12 +18,14 @@ type fakeFS struct {
 	contents    map[string][]byte
 	sizes       map[string]int64
 	modes       map[string]fs.FileMode // files' permissions; 0644 if absent
+	sysOf       func(string) any       // what Lstat's Sys gives for a path; nil if unset
 }
 
 type fakeInfo struct {
 	name string
 	mode fs.FileMode
 	size int64
+	sys  any
 }
 
 func (f fakeInfo) Name() string       { return f.name }
@@ -31,7 +33,15 @@ func (f fakeInfo) Size() int64        { return f.size }
 func (f fakeInfo) Mode() fs.FileMode  { return f.mode }
 func (f fakeInfo) ModTime() time.Time { return time.Time{} }
 func (f fakeInfo) IsDir() bool        { return f.mode.IsDir() }
-func (f fakeInfo) Sys() any           { return nil }
+func (f fakeInfo) Sys() any           { return f.sys }
+
+// sys is what Lstat's Sys gives for p.
+func (f *fakeFS) sys(p string) any {
+	if f.sysOf == nil {
+		return nil
+	}
+	return f.sysOf(p)
+}
 
 func (f *fakeFS) host(uid int) *HostInfo {
 	return &HostInfo{
@@ -40,15 +50,15 @@ func (f *fakeFS) host(uid int) *HostInfo {
 		Lstat: func(p string) (fs.FileInfo, error) {
 			switch {
 			case f.dirs[p]:
-				return fakeInfo{p, fs.ModeDir | 0o755, 4096}, nil
+				return fakeInfo{p, fs.ModeDir | 0o755, 4096, f.sys(p)}, nil
 			case f.files[p]:
 				mode, ok := f.modes[p]
 				if !ok {
 					mode = 0o644
 				}
-				return fakeInfo{p, mode, f.sizes[p]}, nil
+				return fakeInfo{p, mode, f.sizes[p], f.sys(p)}, nil
 			case f.links[p] != "":
-				return fakeInfo{p, fs.ModeSymlink | 0o777, 16}, nil
+				return fakeInfo{p, fs.ModeSymlink | 0o777, 16, nil}, nil
 			}
 			return nil, fs.ErrNotExist
 		},
@@ -444,13 +454,20 @@ func TestCompileRefusesWritableState(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			h := f.host(1000)
 			h.Workspace, h.StateRoots = c.workspace, []string{"/run/agentrun"}
-			_, err := Compile(&Policy{Command: []string{"true"}, Mounts: c.mounts}, h)
-			switch {
-			case c.refused && (err == nil || !errors.Is(err, ErrPolicy) || !strings.Contains(err.Error(), "/run/agentrun")):
-				t.Fatalf("want a policy error naming /run/agentrun, got %v", err)
-			case !c.refused && err != nil:
-				t.Fatalf("refused: %v", err)
-			}
+			wantStateRefusal(t, h, c.mounts, c.refused)
 		})
+	}
+}
+
+// wantStateRefusal compiles a policy with mounts on h and checks that it
+// is refused for holding /run/agentrun, or not.
+func wantStateRefusal(t *testing.T, h *HostInfo, mounts []Mount, refused bool) {
+	t.Helper()
+	_, err := Compile(&Policy{Command: []string{"true"}, Mounts: mounts}, h)
+	switch {
+	case refused && (err == nil || !errors.Is(err, ErrPolicy) || !strings.Contains(err.Error(), "/run/agentrun")):
+		t.Fatalf("want a policy error naming /run/agentrun, got %v", err)
+	case !refused && err != nil:
+		t.Fatalf("refused: %v", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -42,7 +43,32 @@ func hostInfoWith(p *Policy, h *HostInfo) (*HostInfo, error) {
 		return nil, fmt.Errorf("%w: %v", ErrWorkspace, err)
 	}
 	h.StateRoots = stateRoots(h.UID, h.Resolve)
+	h.StateIDs, h.StateChain = stateIDs(h.StateRoots, os.Lstat)
 	return h, nil
+}
+
+// stateIDs returns the identities of the roots that exist and of every
+// directory from each root (or its deepest existing ancestor) up to "/".
+func stateIDs(roots []string, lstat func(string) (fs.FileInfo, error)) (ids, chain map[FileID]string) {
+	ids, chain = map[FileID]string{}, map[FileID]string{}
+	for _, r := range roots {
+		for p := r; ; p = filepath.Dir(p) {
+			if fi, err := lstat(p); err == nil {
+				if id, ok := fileID(fi); ok {
+					if p == r {
+						ids[id] = r
+					}
+					if _, seen := chain[id]; !seen {
+						chain[id] = r
+					}
+				}
+			}
+			if p == filepath.Dir(p) {
+				break
+			}
+		}
+	}
+	return ids, chain
 }
 
 // stateRoots resolves statedir.Candidates for euid. A root that does not
@@ -71,7 +97,8 @@ func resolveExisting(p string, resolve func(string) (string, error)) string {
 // stateMountErr is Compile's check of binds against the state roots for a
 // spec that did not come from a Policy (RunSpec).
 func stateMountErr(spec *specs.Spec) error {
-	roots := stateRoots(os.Geteuid(), filepath.EvalSymlinks)
+	h := &HostInfo{StateRoots: stateRoots(os.Geteuid(), filepath.EvalSymlinks), Lstat: os.Lstat, Resolve: filepath.EvalSymlinks}
+	h.StateIDs, h.StateChain = stateIDs(h.StateRoots, os.Lstat)
 	for _, m := range spec.Mounts {
 		if m.Type != "bind" && !slices.Contains(m.Options, "bind") && !slices.Contains(m.Options, "rbind") {
 			continue
@@ -80,7 +107,7 @@ func stateMountErr(spec *specs.Spec) error {
 		if t, err := filepath.EvalSymlinks(src); err == nil {
 			src = t
 		}
-		if err := stateBindErr(roots, src, m.Destination); err != nil {
+		if err := stateBindErr(h, src, m.Destination); err != nil {
 			return err
 		}
 	}

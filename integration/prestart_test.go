@@ -923,6 +923,55 @@ func TestStateNotWritableFromSandbox(t *testing.T) {
 		c.flags = []string{"--rw", other + ":/mnt/other"}
 		refused(t, c, other, "/mnt/other/seccomp")
 	})
+	t.Run("the state under another path", func(t *testing.T) {
+		// A bind mount of the state, or of a directory above it, shows
+		// the same directories under another path: refused by device
+		// and inode. The mount is made in a mount namespace of the
+		// spawn's own, which goes with it.
+		if !isRoot() {
+			t.Skip("needs root: the test makes the other path with a bind mount")
+		}
+		if _, err := exec.LookPath("unshare"); err != nil {
+			t.Skip("needs unshare(1) (util-linux) to make the bind mount in a namespace of its own")
+		}
+		run := func(src, dest, dir string) (int, string) {
+			alias := tempDir(t)
+			cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c",
+				`mount --bind "$1" "$2" && exec "$3" spawn --workspace "$4" --rw "$2:$5" -- /bin/sh -c "mkdir -p $6 && echo planted > $6/planted-by-sandbox"`,
+				"sh", src, alias, agentrunBin, cfg.ws, dest, dir)
+			cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C"}
+			if b := os.Getenv("AGENTRUN_INIT"); b != "" {
+				cmd.Env = append(cmd.Env, "AGENTRUN_INIT="+b)
+			}
+			out, err := cmd.CombinedOutput()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatalf("unshare: %v\n%s", err, out)
+			}
+			return code, string(out)
+		}
+		for _, c := range []struct{ name, src, dest, dir string }{
+			{"a bind mount of the state", state, "/mnt/alias", "/mnt/alias"},
+			{"a bind mount of the directory above it", filepath.Dir(state), "/mnt/up", "/mnt/up/" + filepath.Base(state)},
+		} {
+			code, out := run(c.src, c.dest, c.dir)
+			planted := filepath.Join(state, "planted-by-sandbox")
+			if exists(planted) {
+				_ = os.Remove(planted)
+				t.Fatalf("SANDBOX ESCAPE: through %s the sandbox wrote into agentrun's state:\n%s", c.name, out)
+			}
+			if code != 125 || !strings.Contains(out, state) {
+				t.Errorf("%s: exit %d, want 125 and the state directory %s named:\n%s", c.name, code, state, out)
+			}
+		}
+		// Control: a bind mount of another directory works the same way.
+		other := tempDir(t)
+		if code, out := run(other, "/mnt/other", "/mnt/other"); code != 0 || !exists(filepath.Join(other, "planted-by-sandbox")) {
+			t.Errorf("a bind mount of an unrelated directory: exit %d, want 0 and the write landed:\n%s", code, out)
+		}
+	})
 	t.Run("binds elsewhere are fine", func(t *testing.T) {
 		c := cfg
 		c.flags = []string{"--ro", tempDir(t) + ":/mnt/elsewhere"}
