@@ -45,9 +45,12 @@ func (r *hostRecorder) add(h hostRead) {
 	r.reads = append(r.reads, h)
 }
 
-// lines formats the fingerprints as nsinit.Express has them.
+// lines formats the fingerprints as nsinit.Express has them, each once:
+// Compile looks at some paths more than once (the workspace, its
+// directories), and every line costs the express path a system call.
 func (r *hostRecorder) lines() []string {
 	out := make([]string, 0, len(r.reads)+2)
+	seen := make(map[string]bool, len(r.reads))
 	for _, h := range r.reads {
 		rest := h.rest
 		if st := h.st; st != nil {
@@ -63,7 +66,11 @@ func (r *hostRecorder) lines() []string {
 				rest += fmt.Sprintf("\t%d", st.Ctim.Nano())
 			}
 		}
-		out = append(out, h.kind+"\t"+h.path+"\t"+rest)
+		line := h.kind + "\t" + h.path + "\t" + rest
+		if !seen[line] {
+			seen[line] = true
+			out = append(out, line)
+		}
 	}
 	return out
 }

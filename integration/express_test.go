@@ -703,6 +703,22 @@ func tamperRecord(t *testing.T, ws, release string, breakC bool) {
 	}
 }
 
+// tamperedSpawn warms the express path for a fresh workspace, replaces
+// the record's release (tamperRecord) and runs command, which the express
+// path must take (want "used") or stand aside from as want says.
+func tamperedSpawn(t *testing.T, release string, breakC bool, want string, command ...string) (runResult, spawnCfg) {
+	t.Helper()
+	ws := newWorkspace(t)
+	cfg := spawnCfg{ws: ws}
+	warmExpress(t, cfg)
+	tamperRecord(t, ws, release, breakC)
+	r, said := expressSpawn(t, cfg, command...)
+	if said != want {
+		t.Fatalf("the express path said %q, want %q", said, want)
+	}
+	return r, cfg
+}
+
 // TestExpressEarlyFilter: with an express record the init's loader thread
 // loads the record's filter before the parent has checked anything, and
 // hands it over only if the release that comes is that filter, byte for
@@ -715,14 +731,8 @@ func TestExpressEarlyFilter(t *testing.T) {
 	expressCaller(t)
 
 	t.Run("filter denying the loader's receive calls", func(t *testing.T) {
-		ws := newWorkspace(t)
-		cfg := spawnCfg{ws: ws}
-		warmExpress(t, cfg)
-		tamperRecord(t, ws, bpfRelease(unix.SYS_RECVFROM, unix.SYS_RECVMSG), false)
-		r, said := expressSpawn(t, cfg, "/bin/sh", "-c", "grep '^Seccomp' /proc/self/status; exit 7")
-		if said != "used" {
-			t.Fatalf("express path not taken: %q", said)
-		}
+		r, _ := tamperedSpawn(t, bpfRelease(unix.SYS_RECVFROM, unix.SYS_RECVMSG), false, "used",
+			"/bin/sh", "-c", "grep '^Seccomp' /proc/self/status; exit 7")
 		mustExit(t, r, 7, "a command under a filter that denies recvmsg and recvfrom")
 		if !strings.Contains(r.stdout, "Seccomp:\t2") {
 			t.Errorf("the command runs without the release's filter:\n%s", r)
@@ -730,15 +740,10 @@ func TestExpressEarlyFilter(t *testing.T) {
 	})
 
 	t.Run("release other than the record's", func(t *testing.T) {
-		ws := newWorkspace(t)
-		cfg := spawnCfg{ws: ws}
-		warmExpress(t, cfg)
-		// Preloaded: a filter that denies uname. Sent: the one Go compiled.
-		tamperRecord(t, ws, bpfRelease(unix.SYS_UNAME), true)
-		r, said := expressSpawn(t, cfg, "/bin/sh", "-c", "uname >/dev/null && echo uname-ok; grep '^Seccomp' /proc/self/status")
-		if said != "off /proc/self/cgroup" {
-			t.Fatalf("the express path said %q, want it to stand aside at the C fingerprint", said)
-		}
+		// Preloaded: a filter that denies uname. Sent: the one Go compiled,
+		// once the express path stood aside at the C fingerprint.
+		r, cfg := tamperedSpawn(t, bpfRelease(unix.SYS_UNAME), true, "off /proc/self/cgroup",
+			"/bin/sh", "-c", "uname >/dev/null && echo uname-ok; grep '^Seccomp' /proc/self/status")
 		mustExit(t, r, 0, "the spawn Go ran after the express path stood aside")
 		if !strings.Contains(r.stdout, "uname-ok") {
 			t.Errorf("SECCOMP: the command runs under the preloaded filter, not the release's:\n%s", r)
@@ -753,17 +758,11 @@ func TestExpressEarlyFilter(t *testing.T) {
 	})
 
 	t.Run("record filter the kernel refuses", func(t *testing.T) {
-		ws := newWorkspace(t)
-		cfg := spawnCfg{ws: ws}
-		warmExpress(t, cfg)
 		// An opcode the kernel rejects, after the last return: the
 		// loader's check passes it, the load fails. Go's release, sent
 		// after the express path stood aside, must still run.
-		tamperRecord(t, ws, bpfRelease(unix.SYS_UNAME)+"ffff000000000000", true)
-		r, said := expressSpawn(t, cfg, "/bin/sh", "-c", "grep '^Seccomp:' /proc/self/status; exit 3")
-		if said != "off /proc/self/cgroup" {
-			t.Fatalf("the express path said %q, want it to stand aside at the C fingerprint", said)
-		}
+		r, _ := tamperedSpawn(t, bpfRelease(unix.SYS_UNAME)+"ffff000000000000", true, "off /proc/self/cgroup",
+			"/bin/sh", "-c", "grep '^Seccomp:' /proc/self/status; exit 3")
 		mustExit(t, r, 3, "the spawn Go ran after a preload that failed")
 		if !strings.Contains(r.stdout, "Seccomp:\t2") {
 			t.Errorf("the command runs without the release's filter:\n%s", r)

@@ -1558,6 +1558,17 @@ static int filter_allows(const struct sock_filter *f, size_t n, uint32_t arch, c
 	return 0;
 }
 
+#ifdef NATIVE_AUDIT_ARCH
+/* allows_each says whether the filter allows each of the n calls. */
+static int allows_each(const struct sock_filter *f, size_t n, const struct known_call *calls, size_t ncalls)
+{
+	for (size_t i = 0; i < ncalls; i++)
+		if (!filter_allows(f, n, NATIVE_AUDIT_ARCH, &calls[i]))
+			return 0;
+	return 1;
+}
+#endif
+
 /* handover_allowed says whether the filter allows every system call the
  * handover makes under it (see the comment above struct loader). */
 static int handover_allowed(const struct sock_filter *f, size_t n, unsigned handover_flags)
@@ -1576,10 +1587,7 @@ static int handover_allowed(const struct sock_filter *f, size_t n, unsigned hand
 		{SYS_tgkill, 1u << 2, {0, 0, 0}},
 		{SYS_sched_yield, 0x3f, {0}},
 	};
-	for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++)
-		if (!filter_allows(f, n, NATIVE_AUDIT_ARCH, &calls[i]))
-			return 0;
-	return 1;
+	return allows_each(f, n, calls, sizeof calls / sizeof calls[0]);
 #else
 	(void)f;
 	(void)n;
@@ -1604,10 +1612,7 @@ static int early_allowed(const struct sock_filter *f, size_t n, int sync)
 		{SYS_close, 0, {0}},
 		{SYS_sendto, 0x39u, {(uint64_t)sync, 0, 0, MSG_NOSIGNAL, 0, 0}},
 	};
-	for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++)
-		if (!filter_allows(f, n, NATIVE_AUDIT_ARCH, &calls[i]))
-			return 0;
-	return 1;
+	return allows_each(f, n, calls, sizeof calls / sizeof calls[0]);
 #else
 	(void)f;
 	(void)n;
@@ -1674,13 +1679,20 @@ static void await_loader(int state)
 		loader_release(&loader);
 }
 
-static void load_filter(struct ctx *c, const struct release *rel, unsigned flags, long *listener)
+/* seccomp_load loads the filter of a release message (len bytes at b)
+ * with flags: the listener, 0, or -errno. */
+static long seccomp_load(const unsigned char *b, size_t len, unsigned flags)
 {
 	struct sock_fprog prog = {
-		.len = (unsigned short)((rel->len - 4) / sizeof(struct sock_filter)),
-		.filter = (struct sock_filter *)(rel->u.b + 4),
+		.len = (unsigned short)((len - 4) / sizeof(struct sock_filter)),
+		.filter = (struct sock_filter *)(b + 4),
 	};
-	long r = RAW(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog);
+	return RAW(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog);
+}
+
+static void load_filter(struct ctx *c, const struct release *rel, unsigned flags, long *listener)
+{
+	long r = seccomp_load((const unsigned char *)rel->u.b, rel->len, flags);
 	if (r < 0)
 		die_parts(c, (const char *[]){"seccomp", NULL}, (const char *[]){"load filter", NULL}, (int)-r);
 	*listener = flags & SECCOMP_FILTER_FLAG_NEW_LISTENER ? r : -1;
@@ -1718,11 +1730,18 @@ static void loader_verify(struct loader *l)
 	loader_set(LOADER_VERIFIED);
 }
 
+/* The steps of loader_load, as die_parts names them. */
+static const char *const load_steps[][2] = {
+	{"drop privileges", "set capability sets"},
+	{"drop privileges", "set no_new_privs"},
+	{"seccomp", "load filter"},
+};
+
 /* loader_load loads the release message's filter (len bytes at b) on the
  * loader alone, with the command's capabilities and no_new_privs, as the
  * kernel would judge init's own load; init is still building the root.
- * Returns 0, or -errno with *step naming what failed. */
-static int loader_load(struct loader *l, const unsigned char *b, size_t len, const char **step)
+ * Returns 0, or -errno with *step the load_steps entry that failed. */
+static int loader_load(struct loader *l, const unsigned char *b, size_t len, int *step)
 {
 	const struct ar_plan *p = l->c.p;
 	long r;
@@ -1730,22 +1749,16 @@ static int loader_load(struct loader *l, const unsigned char *b, size_t len, con
 	struct __user_cap_data_struct d[2];
 	for (int i = 0; i < 2; i++)
 		d[i] = (struct __user_cap_data_struct){.effective = p->keep_caps[i], .permitted = p->keep_caps[i]};
-	*step = "set capability sets";
+	*step = 0;
 	if ((r = RAW(SYS_capset, &h, d)) < 0)
 		return (int)r;
-	*step = "set no_new_privs";
+	*step = 1;
 	if (p->no_new_privs && (r = RAW(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) < 0)
 		return (int)r;
 	uint32_t flags;
 	memcpy(&flags, b, sizeof flags);
-	struct sock_fprog prog = {
-		.len = (unsigned short)((len - 4) / sizeof(struct sock_filter)),
-		.filter = (struct sock_filter *)(b + 4),
-	};
-	*step = "load filter";
-	r = RAW(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags & ~(unsigned)(SECCOMP_FILTER_FLAG_TSYNC | SECCOMP_FILTER_FLAG_TSYNC_ESRCH),
-		&prog);
-	if (r < 0)
+	*step = 2;
+	if ((r = seccomp_load(b, len, flags & ~(unsigned)(SECCOMP_FILTER_FLAG_TSYNC | SECCOMP_FILTER_FLAG_TSYNC_ESRCH))) < 0)
 		return (int)r;
 	l->listener = flags & SECCOMP_FILTER_FLAG_NEW_LISTENER ? r : -1;
 	return 0;
@@ -1775,7 +1788,7 @@ static void loader_preload(struct loader *l)
 	unsigned hf = SECCOMP_FILTER_FLAG_TSYNC | (flags & SECCOMP_FILTER_FLAG_SPEC_ALLOW);
 	if (!handover_allowed(f, n, hf) || !early_allowed(f, n, l->c.sync))
 		return;
-	const char *step;
+	int step;
 	l->early = loader_load(l, b, len, &step) == 0;
 }
 #endif
@@ -1795,19 +1808,18 @@ static void loader_release(struct loader *l)
 			(void)RAW(SYS_close, l->listener);
 			l->listener = -1;
 		}
-		join_release_cgroups(c, rel, 0);
-		loader_set(LOADER_LOADED);
-		return;
 	}
 	join_release_cgroups(c, rel, 0);
-	l->handover = l->threaded && rel->len > 4 && l->unfiltered &&
-		      handover_allowed((const struct sock_filter *)(rel->u.b + 4), (rel->len - 4) / sizeof(struct sock_filter),
-				       l->handover_flags);
-	const char *step;
-	long r;
-	if (l->handover && (r = loader_load(l, (const unsigned char *)rel->u.b, rel->len, &step)) < 0)
-		die_parts(c, (const char *[]){strcmp(step, "load filter") == 0 ? "seccomp" : "drop privileges", NULL},
-			  (const char *[]){step, NULL}, (int)-r);
+	if (!l->early) {
+		l->handover = l->threaded && rel->len > 4 && l->unfiltered &&
+			      handover_allowed((const struct sock_filter *)(rel->u.b + 4),
+					       (rel->len - 4) / sizeof(struct sock_filter), l->handover_flags);
+		int step;
+		long r;
+		if (l->handover && (r = loader_load(l, (const unsigned char *)rel->u.b, rel->len, &step)) < 0)
+			die_parts(c, (const char *[]){load_steps[step][0], NULL}, (const char *[]){load_steps[step][1], NULL},
+				  (int)-r);
+	}
 	loader_set(LOADER_LOADED);
 }
 
