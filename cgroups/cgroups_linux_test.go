@@ -969,3 +969,110 @@ func TestLimitsOnly(t *testing.T) {
 	}
 	assertGone(t, lean, cg)
 }
+
+func TestParseExpressID(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want owner
+		ok   bool
+	}{
+		{"sbe-123-4567-4026531836-00ff00ff00ff00ff", owner{pid: 123, start: 4567, pidns: 4026531836}, true},
+		{"sbe-1-0-1-0123456789abcdef", owner{pid: 1, start: 0, pidns: 1}, true},
+		{"sbx-123-00ff00ff00ff00ff", owner{}, false},                   // Go's, with a record
+		{"sbe-0-4567-4026531836-00ff00ff00ff00ff", owner{}, false},     // no pid 0
+		{"sbe-2147483648-1-1-00ff00ff00ff00ff", owner{}, false},        // beyond a pid
+		{"sbe-123-4567-4026531836-00FF00FF00FF00FF", owner{}, false},   // the C side writes lower case
+		{"sbe-123-4567-4026531836-00ff00ff00ff00f", owner{}, false},    // 15 digits
+		{"sbe-123-4567-00ff00ff00ff00ff", owner{}, false},              // a field short
+		{"sbe-123-4567-4026531836-00ff00ff00ff00ff-x", owner{}, false}, // one too many
+		{"sbe--123-4567-4026531836-00ff00ff00ff00ff", owner{}, false},  // signs are not digits
+		{"sbe-+123-4567-4026531836-00ff00ff00ff00ff", owner{}, false},  //
+		{"sbe-12a-4567-4026531836-00ff00ff00ff00ff", owner{}, false},   //
+		{"sbe-123-4567-4026531836-0x0f00ff00ff00ff", owner{}, false},   //
+		{"pids.max", owner{}, false},                                   // a cgroup's own file
+	} {
+		got, ok := parseExpressID(tc.name)
+		if ok != tc.ok || got != tc.want {
+			t.Errorf("parseExpressID(%q) = %+v, %v; want %+v, %v", tc.name, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// TestSweepExpress: the express path's cgroups have no state record, only
+// a name that says whose they are (sbe-PID-START-PIDNS-RANDOM). Sweep
+// removes one whose owner is gone, killing what is left inside, and leaves
+// a live owner's, one from another PID namespace (whose pids it cannot
+// judge) and anything not named so.
+func TestSweepExpress(t *testing.T) {
+	m := usableManager(t)
+	var dir string
+	var ctls []string
+	for _, h := range m.lay.v1 {
+		if m.lay.useV1 && h.has(Pids) && m.v1Problem(h) == nil {
+			dir, ctls = filepath.Join(h.caller, m.parent), h.controllers
+		}
+	}
+	if dir == "" {
+		t.Skipf("the express path makes cgroups on v1 hosts only, in the pids hierarchy; this host is %s", m.Mode())
+	}
+	dead := exec.Command("/bin/true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	name := func(o owner) string {
+		return fmt.Sprintf("sbe-%d-%d-%d-0123456789abcdef", o.pid, o.start, o.pidns)
+	}
+	stale := name(owner{pid: dead.Process.Pid, start: 1, pidns: m.self.pidns})
+	keep := []string{
+		name(m.self), // alive
+		name(owner{pid: dead.Process.Pid, start: 1, pidns: m.self.pidns + 1}), // another PID namespace
+		"sbe-" + strconv.Itoa(dead.Process.Pid) + "-1",                        // not an express name
+		"sbx-" + strconv.Itoa(dead.Process.Pid) + "-0123456789abcdef",         // Go's, which has a record
+	}
+	for _, n := range append([]string{stale}, keep...) {
+		if err := os.MkdirAll(filepath.Join(dir, n), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, n := range append([]string{stale}, keep...) {
+			_ = unix.Rmdir(filepath.Join(dir, n))
+		}
+		_ = unix.Rmdir(dir)
+	})
+	// What a killed runtime's sandbox might leave running in its cgroup.
+	left := exec.Command("/bin/sleep", "300")
+	if err := left.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer left.Process.Kill()
+	if err := writeFile(filepath.Join(dir, stale, "tasks"), strconv.Itoa(left.Process.Pid)); err != nil {
+		t.Fatal(err)
+	}
+
+	n, err := m.Sweep()
+	if err != nil || n != 1 {
+		t.Fatalf("Sweep: %d, %v; want 1 (the %v hierarchy's %s)", n, err, ctls, stale)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, stale)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s survived the sweep: %v", stale, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- left.Wait() }()
+	select {
+	case err := <-done:
+		if ws, ok := left.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+			t.Errorf("the process left in the swept cgroup ended with %v, want SIGKILL", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the process left in the swept cgroup survived the sweep")
+	}
+	for _, n := range keep {
+		if _, err := os.Lstat(filepath.Join(dir, n)); err != nil {
+			t.Errorf("%s swept: %v", n, err)
+		}
+	}
+	if n, err := m.Sweep(); n != 0 || err != nil {
+		t.Errorf("second sweep: %d, %v; want nothing", n, err)
+	}
+}

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -93,11 +95,18 @@ func (m *Manager) rewriteRecord(path string, rec record) error {
 }
 
 // Sweep removes the cgroups of runtimes that died without cleaning up: for
-// every record whose owner process is gone it kills what is left inside,
-// removes the directories and the record. Call it before each spawn; with
-// nothing to sweep it costs one directory read. removed counts cgroups
-// swept; err joins the failures, which do not stop the sweep.
+// every record whose owner process is gone, and every express cgroup
+// (below) whose owner is gone, it kills what is left inside and removes
+// the directories and the record. Call it before each spawn; with nothing
+// to sweep it costs a directory read or two. removed counts cgroups swept;
+// err joins the failures, which do not stop the sweep.
 func (m *Manager) Sweep() (removed int, err error) {
+	n, err := m.sweepRecords()
+	x, xerr := m.sweepExpress()
+	return n + x, errors.Join(err, xerr)
+}
+
+func (m *Manager) sweepRecords() (removed int, err error) {
 	ents, err := os.ReadDir(m.stateDir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -122,6 +131,84 @@ func (m *Manager) Sweep() (removed int, err error) {
 			errs = append(errs, err)
 		}
 		if ok {
+			removed++
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// expressPrefix starts the name of a cgroup the express path made
+// (nsinit/internal/cinit/express.c): sbe-PID-START-PIDNS-RANDOM, with the
+// owner's pid, its /proc/PID/stat start time and the inode of its PID
+// namespace in decimal, and 16 hex digits. It has no state record: the
+// name is the record, so that the express path writes no file per spawn.
+const expressPrefix = "sbe-"
+
+// parseExpressID returns the owner an express cgroup's name gives, and
+// whether name is one.
+func parseExpressID(name string) (owner, bool) {
+	rest, ok := strings.CutPrefix(name, expressPrefix)
+	if !ok {
+		return owner{}, false
+	}
+	f := strings.Split(rest, "-")
+	if len(f) != 4 || len(f[3]) != 16 {
+		return owner{}, false
+	}
+	var v [3]uint64
+	for i := range v {
+		n, err := strconv.ParseUint(f[i], 10, 64)
+		if err != nil {
+			return owner{}, false
+		}
+		v[i] = n
+	}
+	if _, err := strconv.ParseUint(f[3], 16, 64); err != nil || f[3] != strings.ToLower(f[3]) {
+		return owner{}, false
+	}
+	if v[0] == 0 || v[0] > math.MaxInt32 {
+		return owner{}, false
+	}
+	return owner{pid: int(v[0]), start: v[1], pidns: v[2]}, true
+}
+
+// sweepExpress removes the express cgroups whose owner is gone. The express
+// path makes them on v1 hosts only, in the pids hierarchy, in agentrun's
+// parent below the caller's cgroup, as Create would.
+func (m *Manager) sweepExpress() (removed int, err error) {
+	if !m.lay.useV1 {
+		return 0, nil
+	}
+	var errs []error
+	for _, h := range m.lay.v1 {
+		if !h.has(Pids) || m.v1Problem(h) != nil {
+			continue
+		}
+		dir := filepath.Join(h.caller, m.parent)
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			if !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("cgroups: sweep: %w", err))
+			}
+			continue
+		}
+		for _, e := range ents {
+			o, ok := parseExpressID(e.Name())
+			if !ok || !e.IsDir() {
+				continue
+			}
+			rec := record{ID: e.Name(), OwnerPID: o.pid, OwnerStart: o.start, OwnerPidNS: o.pidns}
+			if m.ownerAlive(rec) {
+				continue
+			}
+			leaf := filepath.Join(dir, e.Name())
+			cg := &Cgroup{id: e.Name(), fd: -1, log: m.log,
+				dirs: []cgDir{{parent: dir, leaf: leaf, controllers: h.controllers}}}
+			m.log.Info("cgroups: sweeping express cgroup of a dead runtime", "id", e.Name(), "owner_pid", o.pid, "path", leaf)
+			if err := cg.Delete(); err != nil {
+				errs = append(errs, fmt.Errorf("cgroups: sweep %s: %w", e.Name(), err))
+				continue
+			}
 			removed++
 		}
 	}

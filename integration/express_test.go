@@ -3,7 +3,6 @@
 package integration
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -111,19 +110,16 @@ func TestExpress(t *testing.T) {
 		c.env = []string{"AGENTRUN_EXPRESS_TRACE=" + trace}
 		run := startSpawn(t, c, "/bin/sleep", "30")
 		defer func() { _ = run.cmd.Process.Kill(); run.wait() }()
-		rec := waitRecord(t)
-		if len(rec.Paths) != 1 {
-			t.Fatalf("record paths %v, want one", rec.Paths)
-		}
-		if rec.OwnerPID != run.pid() {
-			t.Errorf("record owner %d, want the CLI %d", rec.OwnerPID, run.pid())
+		cg := waitExpressCgroup(t)
+		if cg.ownerPID != run.pid() {
+			t.Errorf("cgroup %s names owner %d, want the CLI %d", cg.path, cg.ownerPID, run.pid())
 		}
 		// The constructor makes the cgroup first and writes the trace
 		// right after.
 		if b := waitContent(t, trace); strings.TrimSpace(b) != "express: used" {
 			t.Fatalf("express path not taken: %q", b)
 		}
-		leaf := rec.Paths[0]
+		leaf := cg.path
 		if b, err := os.ReadFile(filepath.Join(leaf, "pids.max")); err != nil || strings.TrimSpace(string(b)) != "24" {
 			t.Errorf("pids.max of %s: %q %v, want 24", leaf, b, err)
 		}
@@ -149,6 +145,9 @@ func TestExpress(t *testing.T) {
 		if ents, _ := filepath.Glob(filepath.Join(cgroupStateDir, "*.json")); len(ents) > 0 {
 			t.Errorf("state records left behind: %v", ents)
 		}
+		if exists(filepath.Dir(leaf)) {
+			t.Errorf("agentrun's parent cgroup %s left behind", filepath.Dir(leaf))
+		}
 	})
 
 	t.Run("signals reach the command", func(t *testing.T) {
@@ -171,26 +170,34 @@ func TestExpress(t *testing.T) {
 	t.Run("next to a running sandbox", func(t *testing.T) {
 		run := startSpawn(t, cfg, "/bin/sleep", "30")
 		defer func() { _ = run.cmd.Process.Kill(); run.wait() }()
-		waitRecord(t)
+		waitExpressCgroup(t)
 		r, said := expressSpawn(t, cfg, "/bin/true")
 		mustExit(t, r, 0, "a spawn while another runs")
 		if said != "used" {
-			t.Errorf("a live sandbox's cgroup record kept the express path off: %q", said)
+			t.Errorf("a live sandbox's cgroup kept the express path off: %q", said)
 		}
 	})
 
 	t.Run("kill -9 of the CLI is swept by the next spawn", func(t *testing.T) {
 		run := startSpawn(t, cfg, "/bin/sleep", "30")
-		rec := waitRecord(t)
+		cg := waitExpressCgroup(t)
 		_ = run.cmd.Process.Kill()
 		run.wait()
+		// The init died with its parent; what it leaves is an empty
+		// cgroup whose name says whose it was, and no state record.
+		if !exists(cg.path) {
+			t.Fatalf("the killed spawn's cgroup %s is gone before any sweep: the test shows nothing", cg.path)
+		}
+		if ents, _ := filepath.Glob(filepath.Join(cgroupStateDir, "*.json")); len(ents) > 0 {
+			t.Errorf("an express spawn wrote state records: %v", ents)
+		}
 		r, said := expressSpawn(t, cfg, "/bin/true")
 		mustExit(t, r, 0, "the spawn after a killed one")
-		if said != "off cgroup records to sweep" {
+		if said != "off cgroups to sweep" {
 			t.Errorf("after a killed express spawn the next one said %q, want it left to Go's sweep", said)
 		}
-		if exists(rec.Paths[0]) {
-			t.Errorf("cgroup %s of the killed spawn not swept", rec.Paths[0])
+		if exists(cg.path) {
+			t.Errorf("cgroup %s of the killed spawn not swept", cg.path)
 		}
 		if _, said = expressSpawn(t, cfg, "/bin/true"); said != "used" {
 			t.Errorf("express path not back after the sweep: %q", said)
@@ -198,28 +205,44 @@ func TestExpress(t *testing.T) {
 	})
 }
 
-type cgroupRecord struct {
-	Paths    []string `json:"paths"`
-	OwnerPID int      `json:"owner_pid"`
+// expressCgroup is a cgroup the express path made: its name,
+// sbe-PID-START-PIDNS-RANDOM, is its only record.
+type expressCgroup struct {
+	path     string
+	ownerPID int
 }
 
-// waitRecord returns the one cgroup state record once a sandbox made it.
-func waitRecord(t *testing.T) cgroupRecord {
+// waitExpressCgroup returns the one express cgroup once a sandbox made it,
+// in agentrun's parent below this process's pids cgroup.
+func waitExpressCgroup(t *testing.T) expressCgroup {
 	t.Helper()
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := ""
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.SplitN(l, ":", 3); len(f) == 3 && f[1] == "pids" {
+			parent = filepath.Join("/sys/fs/cgroup/pids", f[2], "agentrun")
+		}
+	}
+	if parent == "" {
+		t.Fatalf("no pids hierarchy in /proc/self/cgroup:\n%s", b)
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		ents, _ := filepath.Glob(filepath.Join(cgroupStateDir, "*.json"))
+		ents, _ := filepath.Glob(filepath.Join(parent, "sbe-*"))
 		if len(ents) == 1 {
-			b, err := os.ReadFile(ents[0])
-			var rec cgroupRecord
-			if err == nil && json.Unmarshal(b, &rec) == nil && len(rec.Paths) > 0 && exists(rec.Paths[0]) {
-				return rec
+			f := strings.Split(filepath.Base(ents[0]), "-")
+			if pid, err := strconv.Atoi(f[1]); err == nil && len(f) == 5 {
+				return expressCgroup{path: ents[0], ownerPID: pid}
 			}
+			t.Fatalf("express cgroup %s: malformed name", ents[0])
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatal("no cgroup state record appeared")
-	return cgroupRecord{}
+	t.Fatalf("no express cgroup appeared in %s", parent)
+	return expressCgroup{}
 }
 
 // waitContent returns p's content once it is not empty.

@@ -145,10 +145,11 @@ int ar_start(const struct ar_plan *plan);
  * ar_userns_holder clones a child into a new user namespace that only
  * blocks reading pipe_rd, so that the parent can write its maps and open
  * /proc/PID/ns/user. The child shares the caller's memory and runs on
- * stack, which must stay mapped until the child has been reaped. Returns
- * the child's pid or -errno.
+ * stack, which must stay mapped until the child has been reaped. flags
+ * may add CLONE_PARENT: the caller's parent reaps it then. Returns the
+ * child's pid or -errno.
  */
-int ar_userns_holder(int pipe_rd, void *stack, size_t stack_size);
+int ar_userns_holder(int pipe_rd, void *stack, size_t stack_size, int flags);
 
 /*
  * Signal forwarding (sigfwd.c). ar_sigfwd_install replaces the handlers
@@ -278,6 +279,10 @@ struct ar_prestart ar_prestart_take(void);
  * (else -1), so that its exit is waited for once the release is sent,
  * when it costs the spawn nothing. */
 struct ar_prestart ar_prestart_take_unreaped(int *starter);
+/* ar_prestart_reap_holders reaps the userns holders a shared-memory
+ * starter left to this process (see start_init); ar_prestart_take does
+ * so itself, ar_prestart_take_unreaped leaves it to the express path. */
+void ar_prestart_reap_holders(void);
 
 /* Shared by prestart.c and express.c. FNV-1a 64 of p, continuing h
  * (AR_FNV_OFFSET to start). */

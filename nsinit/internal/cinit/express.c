@@ -46,6 +46,8 @@
 #define EXPRESS_SUFFIX ".express"
 #define EXIT_SETUP 125
 #define EXPRESS_MAX (256 << 10)
+/* cgroups.expressPrefix */
+#define EXPRESS_LEAF_PREFIX "sbe-"
 
 struct express {
 	char path[PATH_MAX]; /* of the record */
@@ -321,23 +323,12 @@ static int owner_start(unsigned long long *start, const char *stat_path)
 	return end == s ? -1 : 0;
 }
 
-/* record_live: the cgroup record at dir/name belongs to a runtime that
- * still runs (cgroups.Manager.ownerAlive), so a sweep would leave it. */
-static int record_live(int dfd, const char *name, unsigned long long self_ns)
+/* owner_live: the runtime process (pid, start, pidns) still runs, or
+ * cannot be judged from this PID namespace (cgroups.Manager.ownerAlive). */
+static int owner_live(unsigned long long pid, unsigned long long start, unsigned long long ns, unsigned long long self_ns)
 {
-	char buf[4096], path[64];
-	int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	ssize_t n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	unsigned long long pid, start, ns, now;
-	if (n <= 0)
-		return 0;
-	buf[n] = 0;
-	if (json_u64(buf, "owner_pid", &pid) < 0 || json_u64(buf, "owner_start", &start) < 0 ||
-	    json_u64(buf, "owner_pidns", &ns) < 0 || pid == 0 || pid > INT_MAX)
-		return 0;
+	char path[64];
+	unsigned long long now;
 	if (ns != self_ns)
 		return 1; /* pids of another namespace cannot be checked: kept */
 	struct stat st;
@@ -348,10 +339,65 @@ static int record_live(int dfd, const char *name, unsigned long long self_ns)
 	return owner_start(&now, path) == 0 && now == start;
 }
 
-/* records_left: the state directory holds a cgroup record that Go would
- * sweep (one whose runtime is gone), or one it cannot read. Records of
- * sandboxes that run are no reason to stand aside. */
-static int records_left(const char *dir, unsigned long long self_ns)
+/* record_stale: the cgroup record at dir/name belongs to a runtime that is
+ * gone, so a sweep would remove it, or it cannot be read. */
+static int record_stale(int dfd, const char *name, unsigned long long self_ns)
+{
+	char buf[4096];
+	size_t len = strlen(name);
+	if (len <= 5 || strcmp(name + len - 5, ".json") != 0)
+		return 0;
+	int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return 1;
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	unsigned long long pid, start, ns;
+	if (n <= 0)
+		return 1;
+	buf[n] = 0;
+	if (json_u64(buf, "owner_pid", &pid) < 0 || json_u64(buf, "owner_start", &start) < 0 ||
+	    json_u64(buf, "owner_pidns", &ns) < 0 || pid == 0 || pid > INT_MAX)
+		return 1;
+	return !owner_live(pid, start, ns, self_ns);
+}
+
+/* parse_leaf reads an express cgroup's name, sbe-PID-START-PIDNS-RANDOM
+ * (cgroups.parseExpressID): 0, or -1 for any other name. */
+static int parse_leaf(const char *name, unsigned long long *pid, unsigned long long *start, unsigned long long *ns)
+{
+	if (strncmp(name, EXPRESS_LEAF_PREFIX, strlen(EXPRESS_LEAF_PREFIX)) != 0)
+		return -1;
+	const char *s = name + strlen(EXPRESS_LEAF_PREFIX);
+	unsigned long long *v[3] = {pid, start, ns};
+	for (int i = 0; i < 3; i++) {
+		char *end;
+		if (*s < '0' || *s > '9')
+			return -1;
+		errno = 0;
+		*v[i] = strtoull(s, &end, 10);
+		if (errno || *end != '-')
+			return -1;
+		s = end + 1;
+	}
+	size_t n = strlen(s);
+	for (size_t i = 0; i < n; i++)
+		if (ar_hexval(s[i]) < 0)
+			return -1;
+	return n == 16 && *pid > 0 && *pid <= INT_MAX ? 0 : -1;
+}
+
+/* leaf_stale: dir/name is an express cgroup whose runtime is gone. */
+static int leaf_stale(int dfd, const char *name, unsigned long long self_ns)
+{
+	(void)dfd;
+	unsigned long long pid, start, ns;
+	return parse_leaf(name, &pid, &start, &ns) == 0 && !owner_live(pid, start, ns, self_ns);
+}
+
+/* any_stale: dir holds an entry stale says a sweep would remove. A
+ * directory that is missing holds none; one that cannot be read might. */
+static int any_stale(const char *dir, unsigned long long self_ns, int (*stale)(int, const char *, unsigned long long))
 {
 	/* getdents64 into a static buffer: opendir's allocation costs this
 	 * spawn more than the (usually empty) directory's read. */
@@ -365,8 +411,7 @@ static int records_left(const char *dir, unsigned long long self_ns)
 		for (long at = 0; !found && at < n;) {
 			/* Linux's struct dirent is getdents64's record. */
 			const struct dirent *e = (const struct dirent *)(buf + at);
-			size_t len = strlen(e->d_name);
-			found = len > 5 && strcmp(e->d_name + len - 5, ".json") == 0 && !record_live(fd, e->d_name, self_ns);
+			found = stale(fd, e->d_name, self_ns);
 			at += e->d_reclen;
 		}
 	}
@@ -376,24 +421,23 @@ static int records_left(const char *dir, unsigned long long self_ns)
 	return found;
 }
 
-/* The sandbox's cgroup, as cgroups.Manager.Create makes it for one v1
- * hierarchy: the record first, then the directories and the limit. */
+/*
+ * The sandbox's cgroup, as cgroups.Manager.Create makes it for one v1
+ * hierarchy, but without a state record: its name says whose it is
+ * (sbe-PID-START-PIDNS-RANDOM), so that what a runtime killed before
+ * removing it leaves behind can be judged from the name alone, by
+ * cgroups.Manager.Sweep and by the next express spawn. A record is a file
+ * made and removed on every spawn, which on a /run on disk cost an express
+ * spawn more than any other step of its own.
+ */
 struct cg {
-	char id[64];
+	char id[96];
 	char leaf[PATH_MAX];
-	char record[PATH_MAX];
 	int tasks;
-	int have_leaf, have_record;
+	int have_leaf;
 };
 
-/* json_safe: s needs no escaping in a JSON string. */
-static int json_safe(const char *s)
-{
-	for (; *s; s++)
-		if ((unsigned char)*s < 0x20 || *s == '"' || *s == '\\')
-			return 0;
-	return 1;
-}
+enum { CG_STALE = -2 };
 
 static void cg_remove(const struct express *x, struct cg *c)
 {
@@ -405,21 +449,22 @@ static void cg_remove(const struct express *x, struct cg *c)
 	if (c->have_leaf) {
 		/* The PID namespace is gone with the init, so the cgroup is
 		 * empty; the kernel may take a moment to drop its last task. */
-		for (int i = 0; i < 200 && rmdir(c->leaf) < 0 && errno == EBUSY; i++) {
+		int r;
+		for (int i = 0; (r = rmdir(c->leaf)) < 0 && errno == EBUSY && i < 200; i++) {
 			struct timespec ts = {0, 1000000};
 			nanosleep(&ts, NULL);
 		}
 		struct stat st;
-		if (lstat(c->leaf, &st) == 0)
-			return; /* the record stays for a sweep */
+		if (r < 0 && lstat(c->leaf, &st) == 0)
+			return; /* left to a sweep, which its name guides */
 	}
 	/* Busy or not empty: another sandbox uses it, and the last one out
 	 * removes it. */
 	(void)rmdir(x->cg_dir);
-	if (c->have_record)
-		(void)unlink(c->record);
 }
 
+/* cg_create makes the cgroup: 0, -1, or CG_STALE when the parent holds an
+ * express cgroup of a runtime that is gone, which Go's sweep removes. */
 static int cg_create(const struct express *x, struct cg *c)
 {
 	unsigned long long rnd = 0, start;
@@ -431,30 +476,21 @@ static int cg_create(const struct express *x, struct cg *c)
 	}
 	if (owner_start(&start, "/proc/self/stat") < 0)
 		return -1;
-	snprintf(c->id, sizeof c->id, "sbx-%d-%016llx", (int)getpid(), rnd);
-	if (snprintf(c->leaf, sizeof c->leaf, "%s/%s", x->cg_dir, c->id) >= (int)sizeof c->leaf ||
-	    snprintf(c->record, sizeof c->record, "%s/%s.json", x->state_dir, c->id) >= (int)sizeof c->record ||
-	    !json_safe(c->leaf) || !json_safe(x->cg_parent))
-		return -1;
-	char rec[PATH_MAX + 512];
-	int n = snprintf(rec, sizeof rec,
-			 "{\"version\":1,\"id\":\"%s\",\"parent\":\"%s\",\"v2\":false,\"paths\":[\"%s\"],"
-			 "\"owner_pid\":%d,\"owner_start\":%llu,\"owner_pidns\":%llu}",
-			 c->id, x->cg_parent, c->leaf, (int)getpid(), start, x->self_ns);
-	if (n <= 0 || (size_t)n >= sizeof rec)
-		return -1;
-	int fd = open(c->record, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return -1;
-	c->have_record = 1;
-	int w = ar_write_all(fd, rec, (size_t)n);
-	if (close(fd) < 0 || w < 0)
+	snprintf(c->id, sizeof c->id, EXPRESS_LEAF_PREFIX "%d-%llu-%llu-%016llx", (int)getpid(), start, x->self_ns, rnd);
+	if (snprintf(c->leaf, sizeof c->leaf, "%s/%s", x->cg_dir, c->id) >= (int)sizeof c->leaf)
 		return -1;
 	/* Another runtime may remove the (empty) parent between the two
-	 * mkdirs: make it again, as cgroups.Manager does. */
+	 * mkdirs: make it again, as cgroups.Manager does. The last sandbox
+	 * out removes the parent, so only one that is there already can hold
+	 * what a killed runtime left. */
+	int looked = 0;
 	for (int i = 0; i < 20; i++) {
-		if (mkdir(x->cg_dir, 0755) < 0 && errno != EEXIST)
-			return -1;
+		if (mkdir(x->cg_dir, 0755) < 0) {
+			if (errno != EEXIST)
+				return -1;
+			if (!looked++ && any_stale(x->cg_dir, x->self_ns, leaf_stale))
+				return CG_STALE;
+		}
 		if (mkdir(c->leaf, 0755) == 0) {
 			c->have_leaf = 1;
 			break;
@@ -642,7 +678,9 @@ static _Noreturn void run(const struct express *x, struct cg *c, const struct ar
 	if (c->tasks >= 0)
 		close(c->tasks);
 	c->tasks = -1;
-	/* The starter's exit, which the release did not wait for. */
+	/* The starter's exit, and its holders', which the release did not
+	 * wait for. */
+	ar_prestart_reap_holders();
 	if (starter > 0)
 		while (waitpid(starter, NULL, 0) < 0 && errno == EINTR)
 			;
@@ -758,15 +796,16 @@ int ar_express(const struct ar_image *img, uid_t euid)
 	 * that is missing holds no records. */
 	struct stat sd;
 	int no_dir = rec.no_cgroup && lstat(rec.state_dir, &sd) < 0 && errno == ENOENT;
-	if (!no_dir && (!private_dir(rec.state_dir, euid) || records_left(rec.state_dir, rec.self_ns))) {
+	if (!no_dir && (!private_dir(rec.state_dir, euid) || any_stale(rec.state_dir, rec.self_ns, record_stale))) {
 		trace("off", "cgroup records to sweep");
 		return 1;
 	}
 	static struct cg c;
 	c.tasks = -1;
-	if (!rec.no_cgroup && cg_create(&rec, &c) < 0) {
+	int made = rec.no_cgroup ? 0 : cg_create(&rec, &c);
+	if (made < 0) {
 		cg_remove(&rec, &c);
-		trace("off", "cgroup");
+		trace("off", made == CG_STALE ? "cgroups to sweep" : "cgroup");
 		return 1;
 	}
 	/* From here on the signals belong to the command; until the init
@@ -779,6 +818,7 @@ int ar_express(const struct ar_image *img, uid_t euid)
 	int starter;
 	struct ar_prestart pre = ar_prestart_take_unreaped(&starter);
 	if (pre.state != AR_PRESTART_STARTED) {
+		ar_prestart_reap_holders();
 		cg_remove(&rec, &c);
 		ar_prestart_put_back(&pre);
 		/* Signals that came meanwhile end the process as they would have

@@ -280,16 +280,27 @@ static void kill_reap(pid_t pid)
  * process can own one while the maps are written: a holder (nsinit's
  * cUserns). The starter starts the holders before it clones the init and
  * uses them after, while the init waits for its go: their start overlaps
- * the init's clone, and they are reaped once the init has its go.
+ * the init's clone. A forked starter reaps them once the init has its go.
+ * A shared-memory starter (the express path's) makes them this process's
+ * children (CLONE_PARENT) and leaves them in left_holders, neither killed
+ * nor reaped: a holder ends by itself once the starter has closed its end
+ * of the pipe (or with this process: parent death signal), and the express
+ * path reaps it after the release, when the spawn waits anyway
+ * (ar_prestart_reap_holders), instead of the starter doing it while this
+ * process waits for it.
  */
 struct holder {
 	int pid, wr; /* the holder and the write end of its pipe, or -1 */
 	void *stack;
 };
 
-enum { holder_stack_size = 64 * 1024 };
+enum { holder_stack_size = 64 * 1024, max_holders = 16 };
 
-static int holder_start(struct holder *hd)
+/* Written by a shared-memory starter, read here once it has exited. */
+static struct holder left_holders[max_holders];
+static int nleft_holders;
+
+static int holder_start(struct holder *hd, int flags)
 {
 	int pipefd[2];
 	*hd = (struct holder){.pid = -1, .wr = -1};
@@ -300,14 +311,16 @@ static int holder_start(struct holder *hd)
 	if (pipe2(pipefd, O_CLOEXEC) < 0)
 		return -1;
 	hd->wr = pipefd[1];
-	hd->pid = ar_userns_holder(pipefd[0], stack, holder_stack_size);
+	hd->pid = ar_userns_holder(pipefd[0], stack, holder_stack_size, flags);
 	close(pipefd[0]);
 	return hd->pid > 0 ? 0 : -1;
 }
 
-/* holder_userns writes the maps of a started holder, returns an fd of its
- * user namespace and kills it; holder_reap waits for it later. */
-static int holder_userns(struct holder *hd, const char *uid_map, const char *gid_map)
+/* holder_userns writes the maps of a started holder and returns an fd of
+ * its user namespace. A forked starter's holder is killed here, and
+ * holder_reap waits for it later; a shared-memory starter's ends when
+ * holder_leave closes its pipe. */
+static int holder_userns(struct holder *hd, const char *uid_map, const char *gid_map, int shared)
 {
 	char path[64];
 	int fd = -1;
@@ -315,7 +328,8 @@ static int holder_userns(struct holder *hd, const char *uid_map, const char *gid
 	    proc_path(path, sizeof path, hd->pid, "gid_map") == 0 && ar_write_text(path, gid_map) == 0 &&
 	    proc_path(path, sizeof path, hd->pid, "ns/user") == 0)
 		fd = open(path, O_RDONLY | O_CLOEXEC);
-	kill(hd->pid, SIGKILL);
+	if (!shared)
+		kill(hd->pid, SIGKILL);
 	return fd;
 }
 
@@ -330,6 +344,26 @@ static void holder_reap(struct holder *hd)
 	if (hd->stack)
 		munmap(hd->stack, holder_stack_size);
 	*hd = (struct holder){.pid = -1, .wr = -1};
+}
+
+/* holder_leave hands a holder of a shared-memory starter over to this
+ * process, which is its parent: its pipe's end closed (the fd is the
+ * starter's own), which ends it, and its pid and stack kept for
+ * holder_reap. */
+static void holder_leave(struct holder *hd)
+{
+	if (hd->wr >= 0)
+		close(hd->wr);
+	if ((hd->pid > 0 || hd->stack) && nleft_holders < max_holders)
+		left_holders[nleft_holders++] = (struct holder){.pid = hd->pid, .wr = -1, .stack = hd->stack};
+	*hd = (struct holder){.pid = -1, .wr = -1};
+}
+
+void ar_prestart_reap_holders(void)
+{
+	for (int i = 0; i < nleft_holders; i++)
+		holder_reap(&left_holders[i]);
+	nleft_holders = 0;
 }
 
 /* prep_open is the first half of mounts.CloneBind with an idmap: a
@@ -348,9 +382,9 @@ static int prep_open(const struct ar_prep *pr)
 	return tree;
 }
 
-static int prep_idmap(const struct ar_prep *pr, int tree, struct holder *hd)
+static int prep_idmap(const struct ar_prep *pr, int tree, struct holder *hd, int shared)
 {
-	int ns = holder_userns(hd, pr->uid_map, pr->gid_map);
+	int ns = holder_userns(hd, pr->uid_map, pr->gid_map, shared);
 	if (ns < 0)
 		return -1;
 	struct mount_attr attr = {.attr_set = pr->attr, .userns_fd = (uint64_t)ns};
@@ -516,7 +550,7 @@ int ar_read_all(int fd, void *buf, size_t n)
 	return 0;
 }
 
-static _Noreturn void start_init(const struct ar_image *h, struct ar_plan *p, int sv[2], int out, pid_t parent);
+static _Noreturn void start_init(const struct ar_image *h, struct ar_plan *p, int sv[2], int out, pid_t parent, int shared);
 
 /* The starter's own stack when it shares this process's memory: the init
  * it clones lives on a copy of it, and needs about 50 KiB. */
@@ -536,7 +570,7 @@ static __attribute__((noinline)) int starter_main(void *arg)
 {
 	const struct starter_arg *a = arg;
 	close(a->rd);
-	start_init(a->h, a->p, a->sv, a->wr, a->parent);
+	start_init(a->h, a->p, a->sv, a->wr, a->parent, 1);
 }
 
 void ar_prestart(int argc, char **argv, char **envp)
@@ -736,7 +770,7 @@ void ar_prestart(int argc, char **argv, char **envp)
 		starter = syscall(SYS_clone, SIGCHLD, 0, NULL, NULL, 0);
 		if (starter == 0) {
 			close(pp[0]);
-			start_init(h, p, sv, pp[1], self);
+			start_init(h, p, sv, pp[1], self, 0);
 		}
 	}
 	close(sv[1]);
@@ -794,10 +828,13 @@ static void report_started(int fd, int pid, int ok)
  * child, which waits for it, and its parent death signal follows that
  * process's main thread), idmaps the trees, writes the init's id maps,
  * lets it go and reports. */
-static _Noreturn void start_init(const struct ar_image *h, struct ar_plan *p, int sv[2], int out, pid_t parent)
+static _Noreturn void start_init(const struct ar_image *h, struct ar_plan *p, int sv[2], int out, pid_t parent, int shared)
 {
-	int trees[16], pid = -1, nheld = 0;
-	struct holder held[16];
+	int trees[max_holders], pid = -1, nheld = 0;
+	struct holder held[max_holders];
+	/* A holder is reaped by its parent: the starter's, when it shares
+	 * that process's memory and so can leave it the holder's stack. */
+	void (*done)(struct holder *) = shared ? holder_leave : holder_reap;
 	char pp[64];
 	/* With the constructor's process gone, nobody is left to adopt or
 	 * kill what this would start. */
@@ -811,7 +848,7 @@ static _Noreturn void start_init(const struct ar_image *h, struct ar_plan *p, in
 			goto fail;
 		fds[h->prep[i].fd_index] = trees[i];
 		nheld++;
-		if (!h->prep[i].template && holder_start(&held[i]) < 0)
+		if (!h->prep[i].template && holder_start(&held[i], shared ? CLONE_PARENT : 0) < 0)
 			goto fail;
 	}
 	for (int i = 3; i < p->nfds; i++)
@@ -824,17 +861,18 @@ static _Noreturn void start_init(const struct ar_image *h, struct ar_plan *p, in
 		goto fail;
 	report_started(out, pid, 0);
 	for (int i = 0; i < h->nprep; i++)
-		if (!h->prep[i].template && prep_idmap(&h->prep[i], trees[i], &held[i]) < 0)
+		if (!h->prep[i].template && prep_idmap(&h->prep[i], trees[i], &held[i], shared) < 0)
 			goto fail;
 	if ((h->setgroups && (proc_path(pp, sizeof pp, pid, "setgroups") < 0 || ar_write_text(pp, h->setgroups) < 0)) ||
 	    (h->uid_map && (proc_path(pp, sizeof pp, pid, "uid_map") < 0 || ar_write_text(pp, h->uid_map) < 0)) ||
 	    (h->gid_map && (proc_path(pp, sizeof pp, pid, "gid_map") < 0 || ar_write_text(pp, h->gid_map) < 0)) ||
 	    send(sv[0], "g", 1, MSG_NOSIGNAL) != 1)
 		goto fail;
-	/* Reaped before the report: without an express record the starter
-	 * is a forked child that the CLI kills right after reading it. */
+	/* Done with before the report: without an express record the
+	 * starter is a forked child that the CLI kills right after reading
+	 * it. */
 	for (int i = 0; i < nheld; i++)
-		holder_reap(&held[i]);
+		done(&held[i]);
 	report_started(out, pid, 1);
 	_exit(0);
 fail:
@@ -845,7 +883,7 @@ fail:
 	else
 		report_started(out, -1, 0);
 	for (int i = 0; i < nheld; i++)
-		holder_reap(&held[i]);
+		done(&held[i]);
 	_exit(1);
 }
 
@@ -971,6 +1009,8 @@ static struct ar_prestart take(int *unreaped)
 	int ok = read_started(r.starter_fd, &first, deadline) == 0 && first.pid > 0 &&
 		 read_started(r.starter_fd, &second, deadline) == 0 && second.pid == first.pid && second.ok;
 	close(r.starter_fd);
+	if (!unreaped)
+		ar_prestart_reap_holders();
 	/* Its work is done or given up either way; a stopped starter must not
 	 * hold this process in waitpid. */
 	if (ok && unreaped) {
