@@ -998,6 +998,16 @@ func TestParseExpressID(t *testing.T) {
 	}
 }
 
+// TestCreateRefusesExpressNames: Sweep judges an sbe- cgroup by its name
+// alone, so Create must not make one, whatever its record would say.
+func TestCreateRefusesExpressNames(t *testing.T) {
+	m := testManager(t)
+	_, err := m.Create("sbe-1-2-3-0123456789abcdef", nil)
+	if err == nil || !strings.Contains(err.Error(), "express") {
+		t.Fatalf("Create with an express name: %v, want a refusal", err)
+	}
+}
+
 // TestSweepExpress: the express path's cgroups have no state record, only
 // a name that says whose they are (sbe-PID-START-PIDNS-RANDOM). Sweep
 // removes one whose owner is gone, killing what is left inside, and leaves
@@ -1022,17 +1032,35 @@ func TestSweepExpress(t *testing.T) {
 	name := func(o owner) string {
 		return fmt.Sprintf("sbe-%d-%d-%d-0123456789abcdef", o.pid, o.start, o.pidns)
 	}
+	// Another live runtime, judged through /proc as any other owner.
+	other := exec.Command("/bin/sleep", "300")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Process.Kill(); _ = other.Wait() }()
+	otherOwner, err := ownerOf(other.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
 	stale := name(owner{pid: dead.Process.Pid, start: 1, pidns: m.self.pidns})
+	foreign := name(owner{pid: dead.Process.Pid, start: 2, pidns: m.self.pidns}) // another user's
 	keep := []string{
-		name(m.self), // alive
+		name(m.self),     // this runtime
+		name(otherOwner), // another live one
 		name(owner{pid: dead.Process.Pid, start: 1, pidns: m.self.pidns + 1}), // another PID namespace
 		"sbe-" + strconv.Itoa(dead.Process.Pid) + "-1",                        // not an express name
 		"sbx-" + strconv.Itoa(dead.Process.Pid) + "-0123456789abcdef",         // Go's, which has a record
+		foreign,
 	}
 	for _, n := range append([]string{stale}, keep...) {
 		if err := os.MkdirAll(filepath.Join(dir, n), 0o755); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// cgroupfs gives a cgroup its creator's uid; this one looks made by
+	// another user, whose runtimes are not this one's to judge.
+	if err := os.Lchown(filepath.Join(dir, foreign), m.euid+1, -1); err != nil {
+		t.Fatalf("chown %s: %v", foreign, err)
 	}
 	t.Cleanup(func() {
 		for _, n := range append([]string{stale}, keep...) {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentrun/agentrun/internal/statedir"
+	"golang.org/x/sys/unix"
 )
 
 // record is the state kept per live cgroup so that a later runtime can
@@ -144,6 +145,14 @@ func (m *Manager) sweepRecords() (removed int, err error) {
 // name is the record, so that the express path writes no file per spawn.
 const expressPrefix = "sbe-"
 
+// ParseExpressName returns what an express cgroup's name says of its
+// owner, and whether name is one. The express path's C reading of a name
+// (nsinit/internal/cinit) must accept exactly the same names.
+func ParseExpressName(name string) (pid int, start, pidns uint64, ok bool) {
+	o, ok := parseExpressID(name)
+	return o.pid, o.start, o.pidns, ok
+}
+
 // parseExpressID returns the owner an express cgroup's name gives, and
 // whether name is one.
 func parseExpressID(name string) (owner, bool) {
@@ -172,6 +181,15 @@ func parseExpressID(name string) (owner, bool) {
 	return owner{pid: int(v[0]), start: v[1], pidns: v[2]}, true
 }
 
+// ownsDir: path is a directory the caller made (cgroupfs gives a new
+// cgroup its creator's uid). Another user's express cgroups are not the
+// caller's to judge, as their state records would not be: that user's
+// /proc entries may not even be readable.
+func (m *Manager) ownsDir(path string) bool {
+	var st unix.Stat_t
+	return unix.Lstat(path, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && int(st.Uid) == m.euid
+}
+
 // sweepExpress removes the express cgroups whose owner is gone. The express
 // path makes them on v1 hosts only, in the pids hierarchy, in agentrun's
 // parent below the caller's cgroup, as Create would.
@@ -194,7 +212,7 @@ func (m *Manager) sweepExpress() (removed int, err error) {
 		}
 		for _, e := range ents {
 			o, ok := parseExpressID(e.Name())
-			if !ok || !e.IsDir() {
+			if !ok || !e.IsDir() || !m.ownsDir(filepath.Join(dir, e.Name())) {
 				continue
 			}
 			rec := record{ID: e.Name(), OwnerPID: o.pid, OwnerStart: o.start, OwnerPidNS: o.pidns}

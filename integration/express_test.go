@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrun/agentrun/cgroups"
 	"golang.org/x/sys/unix"
 )
 
@@ -203,6 +204,53 @@ func TestExpress(t *testing.T) {
 			t.Errorf("express path not back after the sweep: %q", said)
 		}
 	})
+
+	t.Run("another user's cgroup is not this spawn's to judge", func(t *testing.T) {
+		// An express cgroup whose owner is gone, but made by another user
+		// (cgroupfs gives a cgroup its creator's uid): neither the express
+		// path nor Go's sweep may judge it, as neither reads that user's
+		// state records.
+		dead := exec.Command("/bin/true")
+		if err := dead.Run(); err != nil {
+			t.Fatal(err)
+		}
+		leaf := filepath.Join(expressParent(t), fmt.Sprintf("sbe-%d-1-%d-0123456789abcdef", dead.Process.Pid, selfPidNS(t)))
+		if err := os.MkdirAll(leaf, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = os.Remove(leaf); _ = os.Remove(filepath.Dir(leaf)) }()
+		if err := os.Lchown(leaf, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		r, said := expressSpawn(t, cfg, "/bin/true")
+		mustExit(t, r, 0, "a spawn next to another user's cgroup")
+		if said != "used" {
+			t.Errorf("another user's cgroup kept the express path off: %q", said)
+		}
+		if !exists(leaf) {
+			t.Errorf("another user's cgroup %s was removed", leaf)
+		}
+		// The same cgroup as root's is a killed runtime's: left to Go.
+		if err := os.Lchown(leaf, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, said = expressSpawn(t, cfg, "/bin/true"); said != "off cgroups to sweep" {
+			t.Errorf("a killed runtime's cgroup: the express path said %q, want it left to Go's sweep", said)
+		}
+		if exists(leaf) {
+			t.Errorf("cgroup %s of a dead owner not swept", leaf)
+		}
+	})
+}
+
+// selfPidNS is the inode of this process's PID namespace.
+func selfPidNS(t *testing.T) uint64 {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat("/proc/self/ns/pid", &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
 }
 
 // expressCgroup is a cgroup the express path made: its name,
@@ -212,32 +260,36 @@ type expressCgroup struct {
 	ownerPID int
 }
 
-// waitExpressCgroup returns the one express cgroup once a sandbox made it,
-// in agentrun's parent below this process's pids cgroup.
-func waitExpressCgroup(t *testing.T) expressCgroup {
+// expressParent is agentrun's parent cgroup below this process's pids
+// cgroup, where the express path makes its cgroups.
+func expressParent(t *testing.T) string {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		t.Fatal(err)
 	}
-	parent := ""
 	for _, l := range strings.Split(string(b), "\n") {
 		if f := strings.SplitN(l, ":", 3); len(f) == 3 && f[1] == "pids" {
-			parent = filepath.Join("/sys/fs/cgroup/pids", f[2], "agentrun")
+			return filepath.Join("/sys/fs/cgroup/pids", f[2], "agentrun")
 		}
 	}
-	if parent == "" {
-		t.Fatalf("no pids hierarchy in /proc/self/cgroup:\n%s", b)
-	}
+	t.Fatalf("no pids hierarchy in /proc/self/cgroup:\n%s", b)
+	return ""
+}
+
+// waitExpressCgroup returns the one express cgroup once a sandbox made it.
+func waitExpressCgroup(t *testing.T) expressCgroup {
+	t.Helper()
+	parent := expressParent(t)
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		ents, _ := filepath.Glob(filepath.Join(parent, "sbe-*"))
 		if len(ents) == 1 {
-			f := strings.Split(filepath.Base(ents[0]), "-")
-			if pid, err := strconv.Atoi(f[1]); err == nil && len(f) == 5 {
-				return expressCgroup{path: ents[0], ownerPID: pid}
+			pid, _, _, ok := cgroups.ParseExpressName(filepath.Base(ents[0]))
+			if !ok {
+				t.Fatalf("express cgroup %s: malformed name", ents[0])
 			}
-			t.Fatalf("express cgroup %s: malformed name", ents[0])
+			return expressCgroup{path: ents[0], ownerPID: pid}
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -445,6 +497,24 @@ func TestExpressLeavesNoOrphans(t *testing.T) {
 			t.Fatalf("spawn %d: express path not taken: %q", i, said)
 		}
 		mustExit(t, r, 0, "writes to both idmapped binds")
+	}
+	// A record whose fingerprint no longer holds (the workspace's mode):
+	// the starter that shares the CLI's memory made the init and left its
+	// holders to the CLI, and Go, which takes the init over, reaps them.
+	fi, err := os.Stat(cfg.ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(cfg.ws, fi.Mode().Perm()^0o001); err != nil {
+		t.Fatal(err)
+	}
+	r, said := expressSpawn(t, cfg, "/bin/sh", "-c", "echo x > /workspace/f && echo y > /data/f")
+	if err := os.Chmod(cfg.ws, fi.Mode().Perm()); err != nil {
+		t.Fatal(err)
+	}
+	mustExit(t, r, 0, "writes to both idmapped binds, Go taking over")
+	if !strings.HasPrefix(said, "off "+cfg.ws) {
+		t.Fatalf("with the workspace's mode changed the express path said %q, want it off at the workspace", said)
 	}
 	// The same through Go: a prestart hit that Go adopts, whose starter
 	// is a forked child the CLI kills once it has reported.

@@ -283,6 +283,8 @@ struct ar_prestart ar_prestart_take_unreaped(int *starter);
  * starter left to this process (see start_init); ar_prestart_take does
  * so itself, ar_prestart_take_unreaped leaves it to the express path. */
 void ar_prestart_reap_holders(void);
+/* ar_express_parse_leaf reads an express cgroup's name (express.c). */
+int ar_express_parse_leaf(const char *name, unsigned long long *pid, unsigned long long *start, unsigned long long *ns);
 
 /* Shared by prestart.c and express.c. FNV-1a 64 of p, continuing h
  * (AR_FNV_OFFSET to start). */

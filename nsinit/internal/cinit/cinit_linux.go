@@ -4,6 +4,7 @@ package cinit
 
 /*
 #cgo CFLAGS: -O2 -Wall -Wextra -fno-strict-aliasing -fstack-clash-protection
+#include <stdlib.h>
 #include "cinit.h"
 */
 import "C"
@@ -455,6 +456,18 @@ func initialArgsAgree() bool { return C.ar_initial_args_agree() == 1 }
 // filterAllows reports whether the loader's check (filter_allows in
 // cinit.c) finds that filter allows system call nr with the arguments args
 // whose bits are set in known, whatever the others are.
+// parseExpressLeaf is the express path's reading of an express cgroup's
+// name (ar_express_parse_leaf), for tests against cgroups.ParseExpressName.
+func parseExpressLeaf(name string) (pid int, start, pidns uint64, ok bool) {
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	var p, s, n C.ulonglong
+	if C.ar_express_parse_leaf(cs, &p, &s, &n) != 0 {
+		return 0, 0, 0, false
+	}
+	return int(p), uint64(s), uint64(n), true
+}
+
 func filterAllows(filter []byte, nr uint32, known uint, args [6]uint64) bool {
 	return C.ar_filter_allows(unsafe.Pointer(&filter[0]), C.size_t(len(filter)/8), C.uint32_t(nr), C.unsigned(known),
 		(*C.uint64_t)(unsafe.Pointer(&args[0]))) == 1

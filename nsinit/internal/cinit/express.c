@@ -362,9 +362,10 @@ static int record_stale(int dfd, const char *name, unsigned long long self_ns)
 	return !owner_live(pid, start, ns, self_ns);
 }
 
-/* parse_leaf reads an express cgroup's name, sbe-PID-START-PIDNS-RANDOM
- * (cgroups.parseExpressID): 0, or -1 for any other name. */
-static int parse_leaf(const char *name, unsigned long long *pid, unsigned long long *start, unsigned long long *ns)
+/* ar_express_parse_leaf reads an express cgroup's name,
+ * sbe-PID-START-PIDNS-RANDOM (cgroups.ParseExpressName, which must accept
+ * the same names): 0, or -1 for any other name. */
+int ar_express_parse_leaf(const char *name, unsigned long long *pid, unsigned long long *start, unsigned long long *ns)
 {
 	if (strncmp(name, EXPRESS_LEAF_PREFIX, strlen(EXPRESS_LEAF_PREFIX)) != 0)
 		return -1;
@@ -387,12 +388,17 @@ static int parse_leaf(const char *name, unsigned long long *pid, unsigned long l
 	return n == 16 && *pid > 0 && *pid <= INT_MAX ? 0 : -1;
 }
 
-/* leaf_stale: dir/name is an express cgroup whose runtime is gone. */
+/* leaf_stale: dir/name is an express cgroup of this user's (the creator
+ * owns a cgroup directory) whose runtime is gone. Another user's is not
+ * this spawn's to judge, as its state records would not be: its runtime's
+ * /proc entries may not even be readable here. */
 static int leaf_stale(int dfd, const char *name, unsigned long long self_ns)
 {
-	(void)dfd;
 	unsigned long long pid, start, ns;
-	return parse_leaf(name, &pid, &start, &ns) == 0 && !owner_live(pid, start, ns, self_ns);
+	struct stat st;
+	return ar_express_parse_leaf(name, &pid, &start, &ns) == 0 &&
+	       fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
+	       !owner_live(pid, start, ns, self_ns);
 }
 
 /* any_stale: dir holds an entry stale says a sweep would remove. A
