@@ -122,3 +122,58 @@ func TestExpressUndelegated(t *testing.T) {
 		t.Errorf("a record without a reason: %+v", x)
 	}
 }
+
+// TestImpliedResolveDropped: an "E" fingerprint whose path has an "L"
+// fingerprint of each of its components, none a symlink, says nothing
+// they do not, and is left out; any other stays.
+func TestImpliedResolveDropped(t *testing.T) {
+	dir := t.TempDir()
+	sub := filepath.Join(dir, "sub")
+	link := filepath.Join(dir, "link")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("sub", link); err != nil {
+		t.Fatal(err)
+	}
+	lstatAll := func(rec *hostRecorder, p string) {
+		for ; p != "/"; p = filepath.Dir(p) {
+			_, _ = rec.lstat(p)
+		}
+	}
+	has := func(lines []string, prefix string) bool {
+		return slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, prefix) })
+	}
+
+	rec := &hostRecorder{}
+	lstatAll(rec, sub)
+	_, _ = rec.resolve(sub)
+	if l := rec.lines(); has(l, "E\t"+sub+"\t") {
+		t.Errorf("E of %s kept although its components' L lines imply it:\n%s", sub, strings.Join(l, "\n"))
+	}
+
+	// Without an L line for one of its directories, it stays.
+	rec = &hostRecorder{}
+	_, _ = rec.lstat(sub)
+	_, _ = rec.resolve(sub)
+	if l := rec.lines(); !has(l, "E\t"+sub+"\t") {
+		t.Errorf("E of %s dropped without L lines for its directories:\n%s", sub, strings.Join(l, "\n"))
+	}
+
+	// Through a symlink, it stays (and resolves elsewhere anyway).
+	rec = &hostRecorder{}
+	lstatAll(rec, filepath.Join(link, "x"))
+	_, _ = rec.resolve(link)
+	if l := rec.lines(); !has(l, "E\t"+link+"\t"+sub) {
+		t.Errorf("E of the symlink %s dropped:\n%s", link, strings.Join(l, "\n"))
+	}
+
+	// A path that does not resolve stays too.
+	rec = &hostRecorder{}
+	missing := filepath.Join(sub, "missing")
+	lstatAll(rec, missing)
+	_, _ = rec.resolve(missing)
+	if l := rec.lines(); !has(l, "E\t"+missing+"\t-") {
+		t.Errorf("E of the missing %s dropped:\n%s", missing, strings.Join(l, "\n"))
+	}
+}
