@@ -353,7 +353,7 @@ func TestExpressStaleHostInputs(t *testing.T) {
 	})
 
 	t.Run("workspace swapped for a symlink", func(t *testing.T) {
-		// The starter (a vfork child when a record exists) opens the
+		// The constructor (itself when a record exists) opens the
 		// workspace for its idmapped tree and must fail there; the spawn
 		// then ends as the Go path ends it.
 		ws := newWorkspace(t)
@@ -499,8 +499,8 @@ func TestExpressLeavesNoOrphans(t *testing.T) {
 		mustExit(t, r, 0, "writes to both idmapped binds")
 	}
 	// A record whose fingerprint no longer holds (the workspace's mode):
-	// the starter that shares the CLI's memory made the init and left its
-	// holders to the CLI, and Go, which takes the init over, reaps them.
+	// the CLI started the init itself and left its holders for after the
+	// release, and Go, which takes the init over, reaps them.
 	fi, err := os.Stat(cfg.ws)
 	if err != nil {
 		t.Fatal(err)

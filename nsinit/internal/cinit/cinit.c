@@ -2534,7 +2534,7 @@ static int holder_main(void *arg)
 	return 0;
 }
 
-int ar_userns_holder(int pipe_rd, void *stack, size_t stack_size, int flags)
+int ar_userns_holder(int pipe_rd, void *stack, size_t stack_size)
 {
 	uint64_t all = ~0ULL, old;
 	if (syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old, sizeof all) < 0)
@@ -2542,7 +2542,7 @@ int ar_userns_holder(int pipe_rd, void *stack, size_t stack_size, int flags)
 	/* CLONE_VM: the holder only blocks, so sharing this address space
 	 * spares the copy of the page tables and the copy-on-write faults a
 	 * fork-style clone of a large Go process costs. */
-	int pid = clone(holder_main, (char *)stack + stack_size, CLONE_VM | CLONE_NEWUSER | SIGCHLD | (flags & CLONE_PARENT),
+	int pid = clone(holder_main, (char *)stack + stack_size, CLONE_VM | CLONE_NEWUSER | SIGCHLD,
 			(void *)(intptr_t)pipe_rd);
 	int e = errno;
 	(void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, sizeof old);

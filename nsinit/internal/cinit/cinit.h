@@ -103,7 +103,7 @@ struct ar_plan {
 	/* A prestart: the plan is not known to be this spawn's yet. Before
 	 * creating anything inside a host bind (a mount point in the
 	 * workspace), and before the release, wait for the parent's 'v' (it
-	 * found the plan to be its own). Set by the starter, never part of an
+	 * found the plan to be its own). Set by ar_prestart, never part of an
 	 * image. */
 	int await_verify;
 	/* The release the express path will send (its record's), known
@@ -145,11 +145,10 @@ int ar_start(const struct ar_plan *plan);
  * ar_userns_holder clones a child into a new user namespace that only
  * blocks reading pipe_rd, so that the parent can write its maps and open
  * /proc/PID/ns/user. The child shares the caller's memory and runs on
- * stack, which must stay mapped until the child has been reaped. flags
- * may add CLONE_PARENT: the caller's parent reaps it then. Returns the
- * child's pid or -errno.
+ * stack, which must stay mapped until the child has been reaped. Returns
+ * the child's pid or -errno.
  */
-int ar_userns_holder(int pipe_rd, void *stack, size_t stack_size, int flags);
+int ar_userns_holder(int pipe_rd, void *stack, size_t stack_size);
 
 /*
  * Signal forwarding (sigfwd.c). ar_sigfwd_install replaces the handlers
@@ -186,13 +185,13 @@ int ar_sigfwd_uninstall_raise(void);
  * buffer's start; relocs lists where those pointers are. Placeholders that
  * only the starting process knows: argv is NULL (the command comes from
  * the command line), fds[sync_fd] and the prepared trees' slots are -1,
- * and expect_ppid is AR_PPID_SELF when it is the starter's own pid.
+ * and expect_ppid is AR_PPID_SELF when it is the starting process's pid.
  */
 #define AR_IMAGE_MAGIC 0x31535041u /* "APS1" */
 #define AR_IMAGE_MAX (1 << 20)
 #define AR_PPID_SELF (-2)
 
-/* An idmapped bind the starter prepares as a detached tree (nsinit's
+/* An idmapped bind the init's starting prepares as a detached tree (nsinit's
  * prepareMounts): source opened without following symlinks, cloned, and
  * given attr (MOUNT_ATTR_IDMAP included) with a user namespace that has
  * these maps. Or the root template (template below). */
@@ -225,7 +224,7 @@ struct ar_image {
 	int nprep;
 };
 
-/* What the starter did, for the Go side (ar_prestart_take). */
+/* What the constructor started, for the Go side (ar_prestart_take). */
 enum {
 	AR_PRESTART_OFF = 0,     /* not the CLI's spawn, or disabled */
 	AR_PRESTART_MISS = 1,    /* no usable image: key and path are set */
@@ -274,14 +273,11 @@ int ar_handover_allowed(const void *filter, size_t n, unsigned flags);
 /* The environment variables whose values are part of the key. */
 const char *const *ar_prestart_pass_env(void);
 struct ar_prestart ar_prestart_take(void);
-/* ar_prestart_take_unreaped is ar_prestart_take for the express path: a
- * starter that succeeded is killed but left unreaped, its pid in *starter
- * (else -1), so that its exit is waited for once the release is sent,
- * when it costs the spawn nothing. */
-struct ar_prestart ar_prestart_take_unreaped(int *starter);
-/* ar_prestart_reap_holders reaps the userns holders a shared-memory
- * starter left to this process (see start_init); ar_prestart_take does
- * so itself, ar_prestart_take_unreaped leaves it to the express path. */
+/* ar_prestart_take_express is ar_prestart_take for the express path: the
+ * userns holders of an init started in this process are left for
+ * ar_prestart_reap_holders, which reaps them once the release is sent,
+ * when it costs the spawn nothing; ar_prestart_take reaps them itself. */
+struct ar_prestart ar_prestart_take_express(void);
 void ar_prestart_reap_holders(void);
 /* ar_express_parse_leaf reads an express cgroup's name (express.c). */
 int ar_express_parse_leaf(const char *name, unsigned long long *pid, unsigned long long *start, unsigned long long *ns);
@@ -330,8 +326,9 @@ int ar_open_cached(const char *dir, const char *name, uid_t euid, struct stat *s
  *	end
  * ar_express_open opens the record of the image dir/name (ar_open_cached),
  * -1 when there is none or AGENTRUN_EXPRESS turns the path off; ar_prestart
- * opens it before the starter, whose kind depends on it.
- * ar_express_read, called by ar_prestart before the starter, reads and
+ * opens it before the init starts: with a record, it starts the init
+ * itself, otherwise a starter process does.
+ * ar_express_read, called by ar_prestart before the init starts, reads and
  * closes fd: 0 when it holds a record for img, whose release message it
  * points *rel at (the plan's early_release); -1 otherwise.
  * ar_express, called by ar_prestart once an init is being started from the

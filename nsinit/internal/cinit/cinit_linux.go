@@ -193,7 +193,7 @@ func UsernsHolder(pipeRead int) (pid int, reaped func(), err error) {
 	if err != nil {
 		return 0, nil, fmt.Errorf("cinit: holder stack: %w", err)
 	}
-	r := C.ar_userns_holder(C.int(pipeRead), unsafe.Pointer(&stack[0]), C.size_t(len(stack)), 0)
+	r := C.ar_userns_holder(C.int(pipeRead), unsafe.Pointer(&stack[0]), C.size_t(len(stack)))
 	if r < 0 {
 		_ = unix.Munmap(stack)
 		return 0, nil, unix.Errno(-r)

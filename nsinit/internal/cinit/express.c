@@ -650,7 +650,7 @@ static _Noreturn void finish(const struct express *x, struct cg *c, int pid, con
 	_exit(sig ? 128 + sig : code);
 }
 
-static _Noreturn void run(const struct express *x, struct cg *c, const struct ar_prestart *pre, int starter)
+static _Noreturn void run(const struct express *x, struct cg *c, const struct ar_prestart *pre)
 {
 	/* Static: no stack probes over 25 KiB (cinit.c, big_locals). */
 	static char buf[16384], step[256], err[4096], msg[4608];
@@ -684,12 +684,8 @@ static _Noreturn void run(const struct express *x, struct cg *c, const struct ar
 	if (c->tasks >= 0)
 		close(c->tasks);
 	c->tasks = -1;
-	/* The starter's exit, and its holders', which the release did not
-	 * wait for. */
+	/* The userns holders' exit, which the release did not wait for. */
 	ar_prestart_reap_holders();
-	if (starter > 0)
-		while (waitpid(starter, NULL, 0) < 0 && errno == EINTR)
-			;
 
 	const char *t = read_report(sock, buf, sizeof buf);
 	if (!t) {
@@ -821,8 +817,7 @@ int ar_express(const struct ar_image *img, uid_t euid)
 		trace("off", "signals");
 		return 1;
 	}
-	int starter;
-	struct ar_prestart pre = ar_prestart_take_unreaped(&starter);
+	struct ar_prestart pre = ar_prestart_take_express();
 	if (pre.state != AR_PRESTART_STARTED) {
 		ar_prestart_reap_holders();
 		cg_remove(&rec, &c);
@@ -840,5 +835,5 @@ int ar_express(const struct ar_image *img, uid_t euid)
 		return 1;
 	}
 	trace("used", NULL);
-	run(&rec, &c, &pre, starter);
+	run(&rec, &c, &pre);
 }

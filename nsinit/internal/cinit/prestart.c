@@ -145,7 +145,7 @@ static int plan_ok(const struct bounds *b, const struct ar_plan *p)
 		return 0;
 	if (!arr_ok(b, p->fds, p->nfds) || p->nfds < 4 || p->sync_fd < 3 || p->sync_fd >= p->nfds)
 		return 0;
-	/* The starter writes into fds after these checks: it must not
+	/* start_core writes into fds after these checks: it must not
 	 * overlap anything checked. */
 	if (!disjoint(p->fds, (size_t)p->nfds * sizeof *p->fds, p, sizeof *p))
 		return 0;
@@ -278,16 +278,14 @@ static void kill_reap(pid_t pid)
 /*
  * An idmapped bind needs a user namespace with its maps, and only a
  * process can own one while the maps are written: a holder (nsinit's
- * cUserns). The starter starts the holders before it clones the init and
+ * cUserns). start_core starts the holders before it clones the init and
  * uses them after, while the init waits for its go: their start overlaps
- * the init's clone. A forked starter reaps them once the init has its go.
- * A shared-memory starter (the express path's) makes them this process's
- * children (CLONE_PARENT) and leaves them in left_holders, neither killed
- * nor reaped: a holder ends by itself once the starter has closed its end
- * of the pipe (or with this process: parent death signal), and the express
- * path reaps it after the release, when the spawn waits anyway
- * (ar_prestart_reap_holders), instead of the starter doing it while this
- * process waits for it.
+ * the init's clone. The forked starter reaps them once the init has its
+ * go. Where start_core runs in this process itself (the express path),
+ * it leaves them in left_holders, neither killed nor reaped: a holder ends
+ * by itself once its pipe is closed (or with this process: parent death
+ * signal), and the express path reaps it after the release, when the
+ * spawn waits anyway (ar_prestart_reap_holders).
  */
 struct holder {
 	int pid, wr; /* the holder and the write end of its pipe, or -1 */
@@ -296,11 +294,11 @@ struct holder {
 
 enum { holder_stack_size = 64 * 1024, max_holders = 16 };
 
-/* Written by a shared-memory starter, read here once it has exited. */
+/* The holders start_core left to the express path. */
 static struct holder left_holders[max_holders];
 static int nleft_holders;
 
-static int holder_start(struct holder *hd, int flags)
+static int holder_start(struct holder *hd)
 {
 	int pipefd[2];
 	*hd = (struct holder){.pid = -1, .wr = -1};
@@ -311,16 +309,16 @@ static int holder_start(struct holder *hd, int flags)
 	if (pipe2(pipefd, O_CLOEXEC) < 0)
 		return -1;
 	hd->wr = pipefd[1];
-	hd->pid = ar_userns_holder(pipefd[0], stack, holder_stack_size, flags);
+	hd->pid = ar_userns_holder(pipefd[0], stack, holder_stack_size);
 	close(pipefd[0]);
 	return hd->pid > 0 ? 0 : -1;
 }
 
 /* holder_userns writes the maps of a started holder and returns an fd of
- * its user namespace. A forked starter's holder is killed here, and
- * holder_reap waits for it later; a shared-memory starter's ends when
+ * its user namespace. The forked starter's holder is killed here, and
+ * holder_reap waits for it later; one of this process's own ends when
  * holder_leave closes its pipe. */
-static int holder_userns(struct holder *hd, const char *uid_map, const char *gid_map, int shared)
+static int holder_userns(struct holder *hd, const char *uid_map, const char *gid_map, int own)
 {
 	char path[64];
 	int fd = -1;
@@ -328,7 +326,7 @@ static int holder_userns(struct holder *hd, const char *uid_map, const char *gid
 	    proc_path(path, sizeof path, hd->pid, "gid_map") == 0 && ar_write_text(path, gid_map) == 0 &&
 	    proc_path(path, sizeof path, hd->pid, "ns/user") == 0)
 		fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (!shared)
+	if (!own)
 		kill(hd->pid, SIGKILL);
 	return fd;
 }
@@ -346,9 +344,8 @@ static void holder_reap(struct holder *hd)
 	*hd = (struct holder){.pid = -1, .wr = -1};
 }
 
-/* holder_leave hands a holder of a shared-memory starter over to this
- * process, which is its parent: its pipe's end closed (the fd is the
- * starter's own), which ends it, and its pid and stack kept for
+/* holder_leave leaves a holder of this process's own to the express path:
+ * its pipe closed, which ends it, and its pid and stack kept for
  * holder_reap. */
 static void holder_leave(struct holder *hd)
 {
@@ -382,9 +379,9 @@ static int prep_open(const struct ar_prep *pr)
 	return tree;
 }
 
-static int prep_idmap(const struct ar_prep *pr, int tree, struct holder *hd, int shared)
+static int prep_idmap(const struct ar_prep *pr, int tree, struct holder *hd, int own)
 {
-	int ns = holder_userns(hd, pr->uid_map, pr->gid_map, shared);
+	int ns = holder_userns(hd, pr->uid_map, pr->gid_map, own);
 	if (ns < 0)
 		return -1;
 	struct mount_attr attr = {.attr_set = pr->attr, .userns_fd = (uint64_t)ns};
@@ -550,27 +547,22 @@ int ar_read_all(int fd, void *buf, size_t n)
 	return 0;
 }
 
-static _Noreturn void start_init(const struct ar_image *h, struct ar_plan *p, int sv[2], int out, pid_t parent, int shared);
+static int start_core(const struct ar_image *h, struct ar_plan *p, int sv[2], int out, int own, pid_t *pidp);
+static _Noreturn void start_init(const struct ar_image *h, struct ar_plan *p, int sv[2], int out, pid_t parent);
 
-/* The starter's own stack when it shares this process's memory: the init
- * it clones lives on a copy of it, and needs about 50 KiB. */
-#define STARTER_STACK (256 << 10)
-
-struct starter_arg {
-	const struct ar_image *h;
-	struct ar_plan *p;
-	int *sv;
-	int rd, wr;
-	pid_t parent;
-};
-
-/* starter_main is the shared-memory starter's entry: a function of its
- * own, so nothing of it lives in ar_prestart's frame. */
-static __attribute__((noinline)) int starter_main(void *arg)
+/* started records in result what an init that was started needs: the
+ * image (mem, total bytes mapped, len of them read) and the command's
+ * copy (av) in it. */
+static void started(unsigned char *mem, size_t total, size_t len, char **av, int unhashed)
 {
-	const struct starter_arg *a = arg;
-	close(a->rd);
-	start_init(a->h, a->p, a->sv, a->wr, a->parent, 1);
+	image_map = mem;
+	image_map_len = total;
+	cmd_argv = result.argv;
+	result.image = mem;
+	result.image_len = len;
+	result.argv = av;
+	result.no_express = unhashed;
+	result.starter = result.starter_fd = -1;
 }
 
 void ar_prestart(int argc, char **argv, char **envp)
@@ -720,58 +712,61 @@ void ar_prestart(int argc, char **argv, char **envp)
 		if (sigaction(SIGCHLD, &dfl, NULL) < 0)
 			goto unmap;
 	}
-	int pp[2];
 	struct stat sst;
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
 		goto unmap;
-	if (fstat(sv[1], &sst) < 0 || pipe2(pp, O_CLOEXEC) < 0)
+	if (fstat(sv[1], &sst) < 0)
 		goto close_sock;
 	init_sock_ino = (unsigned long long)sst.st_ino;
-	/* The rest (the idmapped trees, the clone with its namespaces, the id
-	 * maps) runs in a starter process while this one goes on to start Go:
-	 * on a hit it is about two milliseconds that would otherwise come
-	 * before the Go runtime's own start. A plain fork of this process,
-	 * which has no threads and little memory yet, is cheap.
-	 *
-	 * With an express record this process will most likely not start Go
-	 * (ar_express), and what it does meanwhile (checking the record) is
-	 * short next to the root the init builds after the starter is done.
-	 * There the starter shares this process's memory and runs while this
-	 * process waits (CLONE_VM | CLONE_VFORK), on a stack of its own: no
-	 * copy of the page tables, no copy-on-write faults on either side and
-	 * no address space to tear down at its exit, about 5 % of such a spawn
-	 * on a 2-CPU host, where a spawn is bound by CPU more than by waiting.
-	 * A stopped starter holds this process as a stopped init would (the
-	 * fork path's starter cannot: its wait has a deadline). What the
-	 * starter writes to memory is seen here: the plan's fds and clone
-	 * flags in the relocated image, which nothing reads after it, and
-	 * errno. The init it clones runs on its copy of that stack. */
-	pid_t self = getpid();
-	long starter = -1;
-	int shared = 0;
 	struct stat xst;
 	int xfd = policy_unhashed ? -1 : ar_express_open(dir, name, euid, &xst);
-	/* Read before the starter: the init may load the record's filter
-	 * while this process checks the rest of it (early_release). */
-	int have_record = xfd >= 0 && ar_express_read(h, xfd, &xst, &p->early_release, &p->early_release_len) == 0;
-	if (xfd >= 0) {
-		size_t guard = (size_t)sysconf(_SC_PAGESIZE);
-		char *stk = mmap(NULL, guard + STARTER_STACK, PROT_READ | PROT_WRITE,
-				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-		if (stk != MAP_FAILED) {
-			struct starter_arg a = {.h = h, .p = p, .sv = sv, .rd = pp[0], .wr = pp[1], .parent = self};
-			shared = 1;
-			if (mprotect(stk, guard, PROT_NONE) == 0)
-				starter = clone(starter_main, stk + guard + STARTER_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
-			munmap(stk, guard + STARTER_STACK);
+	/* Read before the init starts: it may load the record's filter while
+	 * this process checks the rest of the record (early_release). */
+	if (xfd >= 0 && ar_express_read(h, xfd, &xst, &p->early_release, &p->early_release_len) == 0) {
+		/* With an express record this process will most likely not
+		 * start Go (ar_express), and the root the init builds takes
+		 * longer than checking the record: the init is started here,
+		 * before anything else, and the holders are left for after the
+		 * release. No starter process: on a 2-CPU host, where a spawn is
+		 * bound by CPU more than by waiting, its creation and exit cost
+		 * the spawn about 3 %. The init is cloned from this stack, as
+		 * the forked starter's is from its copy of it. */
+		pid_t pid;
+		int ok = start_core(h, p, sv, -1, 1, &pid) == 0;
+		close(sv[1]);
+		if (!ok) {
+			if (pid > 0)
+				kill_reap(pid);
+			ar_prestart_reap_holders();
+			close(sv[0]);
+			/* Go starts the spawn afresh. The record's checks say why
+			 * where one of them is the reason (a bind source that
+			 * became a symlink fails the tree's open here); they find
+			 * no init to take. */
+			result.express_held = ar_express(h, euid);
+			goto unmap;
 		}
+		started(mem, total, len, av, policy_unhashed);
+		result.state = AR_PRESTART_STARTED;
+		result.pid = pid;
+		result.sock = sv[0];
+		result.express_held = ar_express(h, euid);
+		return;
 	}
-	if (!shared) {
-		starter = syscall(SYS_clone, SIGCHLD, 0, NULL, NULL, 0);
-		if (starter == 0) {
-			close(pp[0]);
-			start_init(h, p, sv, pp[1], self, 0);
-		}
+	/* Otherwise the rest (the idmapped trees, the clone with its
+	 * namespaces, the id maps) runs in a starter process while this one
+	 * goes on to start Go: on a hit it is about two milliseconds that
+	 * would otherwise come before the Go runtime's own start. A plain fork
+	 * of this process, which has no threads and little memory yet, is
+	 * cheap. */
+	int pp[2];
+	if (pipe2(pp, O_CLOEXEC) < 0)
+		goto close_sock;
+	pid_t self = getpid();
+	long starter = syscall(SYS_clone, SIGCHLD, 0, NULL, NULL, 0);
+	if (starter == 0) {
+		close(pp[0]);
+		start_init(h, p, sv, pp[1], self);
 	}
 	close(sv[1]);
 	close(pp[1]);
@@ -780,20 +775,12 @@ void ar_prestart(int argc, char **argv, char **envp)
 		close(sv[0]);
 		goto unmap;
 	}
-	image_map = mem;
-	image_map_len = total;
-	cmd_argv = result.argv;
+	started(mem, total, len, av, policy_unhashed);
 	result.state = AR_PRESTART_STARTING;
 	result.pid = -1;
 	result.starter = (int)starter;
 	result.starter_fd = pp[0];
 	result.sock = sv[0];
-	result.image = mem;
-	result.image_len = len;
-	result.argv = av;
-	result.no_express = policy_unhashed;
-	if (have_record)
-		result.express_held = ar_express(h, euid);
 	return;
 
 close_sock:
@@ -823,67 +810,83 @@ static void report_started(int fd, int pid, int ok)
 		;
 }
 
-/* start_init runs in the starter: it clones the trees to idmap, clones the
- * init as a sibling (CLONE_PARENT: the init is the constructor process's
- * child, which waits for it, and its parent death signal follows that
- * process's main thread), idmaps the trees, writes the init's id maps,
- * lets it go and reports. */
-static _Noreturn void start_init(const struct ar_image *h, struct ar_plan *p, int sv[2], int out, pid_t parent, int shared)
+/* start_core starts the init: it clones the trees to idmap, starts the
+ * holders, clones the init, idmaps the trees, writes the init's id maps
+ * and lets it go. It runs in the forked starter (own 0), which reports on
+ * out and reaps the holders itself, or in the constructor's process
+ * itself (own 1), which leaves the holders to the express path and closes
+ * the trees once the init has its copies. 0 with *pidp the init, or -1 with
+ * *pidp the init if it was cloned (for the caller to kill), else -1. */
+static int start_core(const struct ar_image *h, struct ar_plan *p, int sv[2], int out, int own, pid_t *pidp)
 {
-	int trees[max_holders], pid = -1, nheld = 0;
+	int trees[max_holders], pid = -1, nheld = 0, ntrees = 0, ret = -1;
 	struct holder held[max_holders];
-	/* A holder is reaped by its parent: the starter's, when it shares
-	 * that process's memory and so can leave it the holder's stack. */
-	void (*done)(struct holder *) = shared ? holder_leave : holder_reap;
 	char pp[64];
-	/* With the constructor's process gone, nobody is left to adopt or
-	 * kill what this would start. */
-	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() != parent)
-		_exit(1);
 	int *fds = (int *)p->fds;
 	for (int i = 0; i < h->nprep; i++) {
 		held[i] = (struct holder){.pid = -1, .wr = -1};
 		trees[i] = h->prep[i].template ? template_lock(h->prep[i].source) : prep_open(&h->prep[i]);
 		if (trees[i] < 0)
-			goto fail;
+			goto out;
+		ntrees++;
 		fds[h->prep[i].fd_index] = trees[i];
 		nheld++;
-		if (!h->prep[i].template && holder_start(&held[i], shared ? CLONE_PARENT : 0) < 0)
-			goto fail;
+		if (!h->prep[i].template && holder_start(&held[i]) < 0)
+			goto out;
 	}
 	for (int i = 3; i < p->nfds; i++)
 		if (i != p->sync_fd && p->fds[i] < 0)
-			goto fail;
+			goto out;
 	fds[p->sync_fd] = sv[1];
-	p->clone_flags |= CLONE_PARENT;
+	/* The forked starter clones the init as a sibling (CLONE_PARENT): the
+	 * init is the constructor process's child, which waits for it, and
+	 * its parent death signal follows that process's main thread. */
+	if (!own)
+		p->clone_flags |= CLONE_PARENT;
 	pid = ar_start(p);
 	if (pid < 0)
-		goto fail;
-	report_started(out, pid, 0);
+		goto out;
+	if (out >= 0)
+		report_started(out, pid, 0);
 	for (int i = 0; i < h->nprep; i++)
-		if (!h->prep[i].template && prep_idmap(&h->prep[i], trees[i], &held[i], shared) < 0)
-			goto fail;
+		if (!h->prep[i].template && prep_idmap(&h->prep[i], trees[i], &held[i], own) < 0)
+			goto out;
 	if ((h->setgroups && (proc_path(pp, sizeof pp, pid, "setgroups") < 0 || ar_write_text(pp, h->setgroups) < 0)) ||
 	    (h->uid_map && (proc_path(pp, sizeof pp, pid, "uid_map") < 0 || ar_write_text(pp, h->uid_map) < 0)) ||
 	    (h->gid_map && (proc_path(pp, sizeof pp, pid, "gid_map") < 0 || ar_write_text(pp, h->gid_map) < 0)) ||
 	    send(sv[0], "g", 1, MSG_NOSIGNAL) != 1)
-		goto fail;
-	/* Done with before the report: without an express record the
-	 * starter is a forked child that the CLI kills right after reading
-	 * it. */
+		goto out;
+	ret = 0;
+out:
+	/* The forked starter's holders are reaped before it reports: the CLI
+	 * kills it right after reading the report. */
 	for (int i = 0; i < nheld; i++)
-		done(&held[i]);
-	report_started(out, pid, 1);
-	_exit(0);
-fail:
+		(own ? holder_leave : holder_reap)(&held[i]);
+	if (own)
+		for (int i = 0; i < ntrees; i++)
+			close(trees[i]);
+	*pidp = pid;
+	return ret;
+}
+
+/* start_init is the forked starter: start_core, then the report. */
+static _Noreturn void start_init(const struct ar_image *h, struct ar_plan *p, int sv[2], int out, pid_t parent)
+{
+	/* With the constructor's process gone, nobody is left to adopt or
+	 * kill what this would start. */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() != parent)
+		_exit(1);
+	pid_t pid;
+	if (start_core(h, p, sv, out, 0, &pid) == 0) {
+		report_started(out, pid, 1);
+		_exit(0);
+	}
 	/* The init, if any, is the constructor's child: killed here, reaped
 	 * there (which knows its pid from the first message). */
 	if (pid > 0)
 		kill(pid, SIGKILL);
 	else
 		report_started(out, -1, 0);
-	for (int i = 0; i < nheld; i++)
-		done(&held[i]);
 	_exit(1);
 }
 
@@ -975,7 +978,7 @@ static int lost_init(void)
 	return found;
 }
 
-static struct ar_prestart take(int *unreaped);
+static struct ar_prestart take(int keep_holders);
 
 void ar_prestart_put_back(const struct ar_prestart *r)
 {
@@ -984,24 +987,32 @@ void ar_prestart_put_back(const struct ar_prestart *r)
 
 struct ar_prestart ar_prestart_take(void)
 {
-	return take(NULL);
+	return take(0);
 }
 
-struct ar_prestart ar_prestart_take_unreaped(int *starter)
+struct ar_prestart ar_prestart_take_express(void)
 {
-	*starter = -1;
-	return take(starter);
+	return take(1);
 }
 
-/* take is ar_prestart_take; with unreaped set, a starter that succeeded
- * is killed (a no-op for one that is exiting) and its pid stored there
- * instead of reaped. */
-static struct ar_prestart take(int *unreaped)
+static struct ar_prestart take_started(struct ar_prestart r);
+
+/* take is ar_prestart_take; with keep_holders, the holders start_core left
+ * stay for the caller to reap. */
+static struct ar_prestart take(int keep_holders)
 {
 	struct ar_prestart r = result;
 	result.state = AR_PRESTART_OFF;
-	if (r.state != AR_PRESTART_STARTING)
-		return r;
+	if (r.state == AR_PRESTART_STARTING)
+		r = take_started(r);
+	if (!keep_holders)
+		ar_prestart_reap_holders();
+	return r;
+}
+
+/* take_started reads the forked starter's report and reaps it. */
+static struct ar_prestart take_started(struct ar_prestart r)
+{
 	/* The starter is done by now, as a rule: it started with the process,
 	 * before the Go runtime. */
 	struct started first = {.pid = -1}, second = {.pid = -1};
@@ -1009,22 +1020,16 @@ static struct ar_prestart take(int *unreaped)
 	int ok = read_started(r.starter_fd, &first, deadline) == 0 && first.pid > 0 &&
 		 read_started(r.starter_fd, &second, deadline) == 0 && second.pid == first.pid && second.ok;
 	close(r.starter_fd);
-	if (!unreaped)
-		ar_prestart_reap_holders();
 	/* Its work is done or given up either way; a stopped starter must not
 	 * hold this process in waitpid. */
-	if (ok && unreaped) {
-		kill(r.starter, SIGKILL);
-		*unreaped = r.starter;
-	} else {
-		kill_reap(r.starter);
-	}
+	kill_reap(r.starter);
 	if (ok) {
 		r.state = AR_PRESTART_STARTED;
 		r.pid = first.pid;
 		return r;
 	}
-	/* The starter died between the clone and its first message. */
+	/* The starter failed, or died between the clone and its first
+	 * message. */
 	int init = first.pid > 0 ? first.pid : lost_init();
 	if (init > 0)
 		kill_reap(init);
