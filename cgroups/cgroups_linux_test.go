@@ -1073,7 +1073,11 @@ func TestSweepExpress(t *testing.T) {
 	if err := left.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer left.Process.Kill()
+	done := make(chan error, 1)
+	go func() { done <- left.Wait() }()
+	// Before the directories go (cleanups run last first): a cgroup with
+	// a task left in it cannot be removed.
+	t.Cleanup(func() { _ = left.Process.Kill(); <-done })
 	if err := writeFile(filepath.Join(dir, stale, "tasks"), strconv.Itoa(left.Process.Pid)); err != nil {
 		t.Fatal(err)
 	}
@@ -1085,10 +1089,9 @@ func TestSweepExpress(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(dir, stale)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("%s survived the sweep: %v", stale, err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- left.Wait() }()
 	select {
 	case err := <-done:
+		done <- err // for the cleanup
 		if ws, ok := left.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 			t.Errorf("the process left in the swept cgroup ended with %v, want SIGKILL", err)
 		}
