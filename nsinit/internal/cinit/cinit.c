@@ -1369,7 +1369,12 @@ static void join_release_cgroups(struct ctx *c, struct release *r, int last)
 /* drop_privileges runs in init right before it forks the command, so both
  * hold the result: no ambient or bounding capability and no_new_privs.
  * Nothing can be regained through setuid binaries or file capabilities. */
-static void drop_privileges(struct ctx *c)
+/* drop_bounding clears the ambient set and drops every capability the
+ * command is not granted from the bounding set. Neither takes anything
+ * from the capabilities init holds, so it runs first thing, while init
+ * waits for its go, instead of on the way to the command; every thread
+ * init starts after it inherits the smaller bounding set. */
+static void drop_bounding(struct ctx *c)
 {
 	const char *what = NULL;
 	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
@@ -1383,11 +1388,17 @@ static void drop_privileges(struct ctx *c)
 			break; /* past the kernel's last capability */
 		what = "drop bounding capability";
 	}
-	if (!what && c->p->no_new_privs && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-		what = "set no_new_privs";
 	if (what) {
 		int e = errno;
 		die_parts(c, (const char *[]){"drop privileges", NULL}, (const char *[]){what, NULL}, e);
+	}
+}
+
+static void drop_privileges(struct ctx *c)
+{
+	if (c->p->no_new_privs && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+		int e = errno;
+		die_parts(c, (const char *[]){"drop privileges", NULL}, (const char *[]){"set no_new_privs", NULL}, e);
 	}
 }
 
@@ -2272,6 +2283,8 @@ static _Noreturn void child(const struct ar_plan *p, int heap_left_behind)
 		die(&c, "close inherited fds");
 	c.sync = p->sync_fd;
 	hide_cmdline();
+
+	drop_bounding(&c);
 
 	/* Wait until the parent has written the id maps. EOF: it gave up. */
 	ssize_t n;
