@@ -53,6 +53,11 @@ const sandboxPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // (TestUnderOuterFilter).
 const underFilterEnv = "AGENTRUN_IT_EXEC_UNDER_FILTER"
 
+// underFilterDenyEnv, set with underFilterEnv, makes the launcher's filter
+// fail prctl(PR_CAPBSET_DROP) with EPERM: the sandbox's init then fails at
+// its first step that needs it (TestEarlyInitFailureReported).
+const underFilterDenyEnv = "AGENTRUN_IT_FILTER_DENY_CAPBSET_DROP"
+
 func TestMain(m *testing.M) {
 	if bin := os.Getenv(underFilterEnv); bin != "" {
 		execUnderFilter(bin)
@@ -70,14 +75,27 @@ func execUnderFilter(bin string) {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		fail(err)
 	}
-	allow := []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ALLOW}}
-	prog := unix.SockFprog{Len: 1, Filter: &allow[0]}
+	filter := []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ALLOW}}
+	if os.Getenv(underFilterDenyEnv) == "1" {
+		const ld, jeq, ret = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, unix.BPF_RET | unix.BPF_K
+		filter = []unix.SockFilter{
+			{Code: ld, K: 4}, // arch
+			{Code: jeq, K: unix.AUDIT_ARCH_X86_64, Jf: 5},
+			{Code: ld, K: 0}, // nr
+			{Code: jeq, K: unix.SYS_PRCTL, Jf: 3},
+			{Code: ld, K: 16}, // args[0], low half
+			{Code: jeq, K: unix.PR_CAPBSET_DROP, Jf: 1},
+			{Code: ret, K: unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)},
+			{Code: ret, K: unix.SECCOMP_RET_ALLOW},
+		}
+	}
+	prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
 	if _, _, e := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&prog))); e != 0 {
 		fail(e)
 	}
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, underFilterEnv+"=") {
+		if !strings.HasPrefix(kv, underFilterEnv+"=") && !strings.HasPrefix(kv, underFilterDenyEnv+"=") {
 			env = append(env, kv)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -474,6 +475,29 @@ func TestInitConfined(t *testing.T) {
 			t.Errorf("with --net host /proc/1/net/tcp should list the test's listener (port%s)\n%s", port, r)
 		}
 	})
+}
+
+// TestEarlyInitFailureReported: an init that fails before the parent's go
+// (here its first step, the bounding set's drop, refused by its caller's
+// filter) reports the step, and the CLI says so, rather than only that
+// the go could not be sent to it. A first spawn and then spawns that find
+// its cached plan.
+func TestEarlyInitFailureReported(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skipf("the test's filter is written for amd64, not %s", runtime.GOARCH)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := spawnCfg{ws: newWorkspace(t), bin: self, env: []string{underFilterEnv + "=" + agentrunBin, underFilterDenyEnv + "=1"}}
+	for i := range 3 {
+		r := spawn(t, cfg, "/bin/true")
+		mustExit(t, r, 125, "a spawn whose init cannot drop the bounding set")
+		if !strings.Contains(r.stderr, "bounding") || strings.Contains(r.stderr, "broken pipe") {
+			t.Errorf("spawn %d: want the init's own report (the bounding set's drop), got:\n%s", i+1, r)
+		}
+	}
 }
 
 // TestUnderOuterFilter: agentrun started under a seccomp filter of its

@@ -140,7 +140,9 @@ func startC(cfg *Config) (*Process, error) {
 	if pe := p.postClone; pe != nil {
 		_, _ = awaitProg()
 		p.Kill()
-		return nil, p.failed(pe.step, pe.err)
+		// An init that failed before its go reported why; that the go
+		// could not be sent only says that it is gone.
+		return nil, p.childError(p.failed(pe.step, pe.err))
 	}
 	p.prestart = pre.outcome
 	cgErr := p.placeCgroup(cg)

@@ -1366,9 +1366,6 @@ static void join_release_cgroups(struct ctx *c, struct release *r, int last)
 		r->ntasks = 0;
 }
 
-/* drop_privileges runs in init right before it forks the command, so both
- * hold the result: no ambient or bounding capability and no_new_privs.
- * Nothing can be regained through setuid binaries or file capabilities. */
 /* drop_bounding clears the ambient set and drops every capability the
  * command is not granted from the bounding set. Neither takes anything
  * from the capabilities init holds, so it runs first thing, while init
@@ -1394,6 +1391,10 @@ static void drop_bounding(struct ctx *c)
 	}
 }
 
+/* drop_privileges runs in init right before it forks the command, so both
+ * hold the result with drop_bounding's: no ambient or bounding capability
+ * beyond the granted ones, and no_new_privs. Nothing can be regained
+ * through setuid binaries or file capabilities. */
 static void drop_privileges(struct ctx *c)
 {
 	if (c->p->no_new_privs && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
