@@ -310,7 +310,7 @@ func rootTemplate(spec *specs.Spec, opts Options, rec *hostRecorder) (*specs.Spe
 }
 
 // templateDirs makes the directories of the templates and their locks.
-// Their paths must hold no symlink: the init and the starter open them
+// Their paths must hold no symlink: the init and start_core open them
 // without following any.
 func templateDirs(euid int, dir string, mode os.FileMode, locks string) error {
 	for _, d := range []string{dir, locks} {

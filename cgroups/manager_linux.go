@@ -33,7 +33,9 @@ func v2Wanted() [3]string { return [...]string{Memory, Pids, CPU} }
 
 // Options configure a Manager. The zero value is the production setup.
 type Options struct {
-	// StateDir holds one record per live cgroup for Sweep. Default:
+	// StateDir holds one record per live cgroup Create made, for Sweep
+	// (the express path's cgroups have none: their names are their
+	// records). Default:
 	// /run/agentrun/cgroups for root; $XDG_RUNTIME_DIR/agentrun/cgroups
 	// rootless, or /tmp/agentrun-$UID/cgroups when XDG_RUNTIME_DIR is unset
 	// or not private to the caller.

@@ -20,8 +20,9 @@ import (
 // The express path (nsinit/internal/cinit/express.c) runs a prestart hit
 // without the Go runtime, from fingerprints of every host input of the
 // cached plan. These tests run without t.Parallel: the express path stands
-// aside while any other sandbox's cgroup record exists, which parallel
-// tests would make at random.
+// aside while a killed runtime's cgroup record or express cgroup exists,
+// and tests that look at agentrun's parent cgroup or the state records
+// would see each other's.
 
 const cgroupStateDir = "/run/agentrun/cgroups"
 
@@ -353,7 +354,7 @@ func TestExpressStaleHostInputs(t *testing.T) {
 	})
 
 	t.Run("workspace swapped for a symlink", func(t *testing.T) {
-		// The constructor (itself when a record exists) opens the
+		// With a record the constructor itself opens the
 		// workspace for its idmapped tree and must fail there; the spawn
 		// then ends as the Go path ends it.
 		ws := newWorkspace(t)
@@ -478,7 +479,7 @@ echo "rc=$?"`
 }
 
 // TestExpressLeavesNoOrphans: an express spawn reaps everything it starts
-// (the starter, the idmap holders, the init), so none is left to the
+// (the idmap holders, the init), so none is left to the
 // host's reaper, which may never reap: an agent runner that is a
 // container's PID 1 would collect a zombie per spawn. The test process
 // becomes a child subreaper, which adopts any orphan of the spawns.

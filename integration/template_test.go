@@ -236,7 +236,7 @@ func TestRootTemplateHeldByOther(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Twice: the first is a prestart hit of the plan the spawn above
-	// cached, whose starter takes the lock itself; the second runs the
+	// cached, whose start (start_core) takes the lock itself; the second runs the
 	// plan the first cached, without a template.
 	for i := range 2 {
 		r := spawn(t, cfg, "/bin/sh", "-c", rootLine+"; echo landed > /workspace/held")
@@ -268,7 +268,7 @@ func TestRootTemplateSweep(t *testing.T) {
 		rootLine+` > /workspace/root.tmp; mv /workspace/root.tmp /workspace/root
 i=0; while [ ! -e /workspace/go ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; cat /etc/passwd > /workspace/after`)
 	// Whatever fails below, A must not outlive the test: a live sandbox
-	// changes what later tests see (TestExpress's cgroup records).
+	// changes what later tests see (TestExpress's cgroups).
 	t.Cleanup(func() {
 		_ = a.cmd.Process.Kill()
 		<-a.done

@@ -17,8 +17,10 @@ type Express struct {
 	Fingerprints []string
 	// Signals are forwarded to the init from its start until its exit.
 	Signals []int
-	// The sandbox's v1 cgroup: created as CgroupDir/<id> with pids.max
-	// PidsMax, recorded for Sweep in StateDir under parent CgroupParent.
+	// The sandbox's v1 cgroup: created as CgroupDir/sbe-PID-START-PIDNS-
+	// RANDOM with pids.max PidsMax; the name is its record for Sweep.
+	// StateDir is only checked for stale records of Go's cgroups, and
+	// CgroupParent (CgroupDir's base name) is kept for the record's format.
 	StateDir, CgroupParent, CgroupDir string
 	PidsMax                           int64
 	// NoCgroup: the sandbox runs without a cgroup, as Go ran it, for the

@@ -185,13 +185,14 @@ int ar_sigfwd_uninstall_raise(void);
  * buffer's start; relocs lists where those pointers are. Placeholders that
  * only the starting process knows: argv is NULL (the command comes from
  * the command line), fds[sync_fd] and the prepared trees' slots are -1,
- * and expect_ppid is AR_PPID_SELF when it is the starting process's pid.
+ * and expect_ppid is AR_PPID_SELF when it is the CLI process's pid
+ * (getpid() in the constructor).
  */
 #define AR_IMAGE_MAGIC 0x31535041u /* "APS1" */
 #define AR_IMAGE_MAX (1 << 20)
 #define AR_PPID_SELF (-2)
 
-/* An idmapped bind the init's starting prepares as a detached tree (nsinit's
+/* An idmapped bind that start_core prepares as a detached tree (nsinit's
  * prepareMounts): source opened without following symlinks, cloned, and
  * given attr (MOUNT_ATTR_IDMAP included) with a user namespace that has
  * these maps. Or the root template (template below). */
@@ -331,8 +332,9 @@ int ar_open_cached(const char *dir, const char *name, uid_t euid, struct stat *s
  * ar_express_read, called by ar_prestart before the init starts, reads and
  * closes fd: 0 when it holds a record for img, whose release message it
  * points *rel at (the plan's early_release); -1 otherwise.
- * ar_express, called by ar_prestart once an init is being started from the
- * image and ar_express_read found the record, runs the spawn to its end and
+ * ar_express, called by ar_prestart once it started the init from the image
+ * itself (or failed to, when there is no init to take) and ar_express_read
+ * found the record, runs the spawn to its end and
  * exits when every fingerprint still holds and the cgroup can be made;
  * otherwise it returns with nothing changed, 1 when the record held all
  * the same.

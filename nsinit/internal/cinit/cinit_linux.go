@@ -453,9 +453,6 @@ func (b *builder) plan(p *Plan) (*C.struct_ar_plan, error) {
 // this process's constructor.
 func initialArgsAgree() bool { return C.ar_initial_args_agree() == 1 }
 
-// filterAllows reports whether the loader's check (filter_allows in
-// cinit.c) finds that filter allows system call nr with the arguments args
-// whose bits are set in known, whatever the others are.
 // parseExpressLeaf is the express path's reading of an express cgroup's
 // name (ar_express_parse_leaf), for tests against cgroups.ParseExpressName.
 func parseExpressLeaf(name string) (pid int, start, pidns uint64, ok bool) {
@@ -468,6 +465,9 @@ func parseExpressLeaf(name string) (pid int, start, pidns uint64, ok bool) {
 	return int(p), uint64(s), uint64(n), true
 }
 
+// filterAllows reports whether the loader's check (filter_allows in
+// cinit.c) finds that filter allows system call nr with the arguments args
+// whose bits are set in known, whatever the others are.
 func filterAllows(filter []byte, nr uint32, known uint, args [6]uint64) bool {
 	return C.ar_filter_allows(unsafe.Pointer(&filter[0]), C.size_t(len(filter)/8), C.uint32_t(nr), C.unsigned(known),
 		(*C.uint64_t)(unsafe.Pointer(&args[0]))) == 1

@@ -11,8 +11,8 @@
  * the next spawn with the same key checks each fingerprint, and only if
  * all of them still hold does it do those steps itself and exit with the
  * command's status; Go never starts. Anything unusual before the release
- * (a changed host file, a record of another runtime to sweep, a cgroup
- * that cannot be made) undoes what was done here and returns, and the
+ * (a changed host file, a record or an express cgroup of a killed runtime
+ * to sweep, a cgroup that cannot be made) undoes what was done here and returns, and the
  * spawn goes the ordinary way.
  */
 #define _GNU_SOURCE
@@ -55,7 +55,8 @@ struct express {
 	size_t len;
 	uint64_t image_sum;
 	int sigs[AR_SIGFWD_MAX], nsigs;
-	char *state_dir, *cg_parent, *cg_dir;
+	char *state_dir, *cg_dir;
+	char *cg_parent; /* cg_dir's base name: checked, kept for the format */
 	long long pids_max;
 	int no_cgroup; /* "no-cgroup": state_dir alone is set */
 	unsigned char release[AR_RELEASE_MAX];

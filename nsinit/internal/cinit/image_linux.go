@@ -26,7 +26,8 @@ const (
 	PrestartStarted = C.AR_PRESTART_STARTED
 )
 
-// PPIDSelf in an image's plan stands for the starting process's pid.
+// PPIDSelf in an image's plan stands for the CLI process's pid (getpid()
+// in the constructor).
 const PPIDSelf = C.AR_PPID_SELF
 
 // Exe identifies the binary an image was written by.
@@ -89,7 +90,7 @@ func PassEnv() []string {
 	return out
 }
 
-// Prep is an idmapped bind the starter prepares as a detached tree, or the
+// Prep is an idmapped bind start_core prepares as a detached tree, or the
 // root template's lock, which it opens and locks.
 type Prep struct {
 	Source         string
@@ -98,7 +99,7 @@ type Prep struct {
 	Recursive      bool
 	FDIndex        int // its slot in Plan.FDs
 	// Template: Source is the root template's lock file, which the
-	// starter opens and locks (no maps, no tree).
+	// start_core opens and locks (no maps, no tree).
 	Template bool
 }
 
@@ -117,7 +118,7 @@ func Image(p *Plan, preps []Prep, ids IDMaps, key []byte, exe Exe) ([]byte, erro
 		return nil, errors.New("cinit: more than 16 prepared trees")
 	}
 	q := *p
-	q.Argv = nil // the command comes from the starter's command line
+	q.Argv = nil // the command comes from the CLI's command line
 	strs, err := q.validate()
 	if err != nil {
 		return nil, err

@@ -729,7 +729,7 @@ void ar_prestart(int argc, char **argv, char **envp)
 		 * before anything else, and the holders are left for after the
 		 * release. No starter process: on a 2-CPU host, where a spawn is
 		 * bound by CPU more than by waiting, its creation and exit cost
-		 * the spawn about 3 %. The init is cloned from this stack, as
+		 * the spawn 3-6 % (bench/README, session 17). The init is cloned from this stack, as
 		 * the forked starter's is from its copy of it. */
 		pid_t pid;
 		int ok = start_core(h, p, sv, -1, 1, &pid) == 0;
