@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -544,6 +545,64 @@ func TestExpressLeavesNoOrphans(t *testing.T) {
 		_ = syscall.Kill(k, syscall.SIGKILL)
 		var ws syscall.WaitStatus
 		_, _ = syscall.Wait4(k, &ws, 0, nil)
+	}
+}
+
+// TestExpressStartFailsAfterClone: the constructor starts the init itself
+// when an express record exists, and a failure after the init's clone (here
+// the workspace's idmap, refused by the caller's filter) must leave nothing
+// behind: the init killed and reaped, the idmap holder reaped, the cgroup
+// removed. The spawn then goes to Go, which fails at the same step and says
+// so; the record is kept, and the next spawn without the filter is express
+// again.
+func TestExpressStartFailsAfterClone(t *testing.T) {
+	expressCaller(t)
+	if runtime.GOARCH != "amd64" {
+		t.Skipf("the test's filter is written for amd64, not %s", runtime.GOARCH)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatalf("become a child subreaper: %v", err)
+	}
+	defer func() { _ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) }()
+	cfg := spawnCfg{ws: newWorkspace(t)}
+	warmExpress(t, cfg)
+	failing := cfg
+	failing.bin = self
+	failing.env = []string{underFilterEnv + "=" + agentrunBin, underFilterDenyEnv + "=mount-setattr"}
+	r, said := expressSpawn(t, failing, "/bin/true")
+	mustExit(t, r, 125, "a spawn whose workspace cannot be idmapped")
+	if said != "off init not started" {
+		t.Errorf("the express path said %q, want it off because the init could not be started", said)
+	}
+	if !strings.Contains(r.stderr, "idmap") {
+		t.Errorf("want Go's report of the idmapped mount, got:\n%s", r)
+	}
+	// An orphan may take a moment to reach its new parent: a hang guard,
+	// not a timing assertion.
+	var kids []int
+	for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if kids = childrenOf(os.Getpid()); len(kids) > 0 {
+			break
+		}
+	}
+	for _, k := range kids {
+		comm, state, _, _ := procStat(strconv.Itoa(k))
+		t.Errorf("orphan adopted by the test: pid %d %q state %s", k, comm, state)
+		_ = syscall.Kill(k, syscall.SIGKILL)
+		var ws syscall.WaitStatus
+		_, _ = syscall.Wait4(k, &ws, 0, nil)
+	}
+	if ents, _ := filepath.Glob(filepath.Join(expressParent(t), "sbe-*")); len(ents) > 0 {
+		t.Errorf("express cgroups left behind: %v", ents)
+	}
+	r, said = expressSpawn(t, cfg, "/bin/true")
+	mustExit(t, r, 0, "the next spawn without the filter")
+	if said != "used" {
+		t.Errorf("the express path did not come back: %q", said)
 	}
 }
 

@@ -54,9 +54,12 @@ const sandboxPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 const underFilterEnv = "AGENTRUN_IT_EXEC_UNDER_FILTER"
 
 // underFilterDenyEnv, set with underFilterEnv, makes the launcher's filter
-// fail prctl(PR_CAPBSET_DROP) with EPERM: the sandbox's init then fails at
-// its first step that needs it (TestEarlyInitFailureReported).
-const underFilterDenyEnv = "AGENTRUN_IT_FILTER_DENY_CAPBSET_DROP"
+// fail one system call with EPERM: "capbset-drop" for prctl(PR_CAPBSET_DROP)
+// (the sandbox's init then fails at its first step,
+// TestEarlyInitFailureReported), "mount-setattr" for mount_setattr (the
+// idmap of the workspace then fails after the init's clone,
+// TestExpressStartFailsAfterClone).
+const underFilterDenyEnv = "AGENTRUN_IT_FILTER_DENY"
 
 func TestMain(m *testing.M) {
 	if bin := os.Getenv(underFilterEnv); bin != "" {
@@ -76,8 +79,19 @@ func execUnderFilter(bin string) {
 		fail(err)
 	}
 	filter := []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ALLOW}}
-	if os.Getenv(underFilterDenyEnv) == "1" {
-		const ld, jeq, ret = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, unix.BPF_RET | unix.BPF_K
+	const ld, jeq, ret = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, unix.BPF_RET | unix.BPF_K
+	switch os.Getenv(underFilterDenyEnv) {
+	case "":
+	case "mount-setattr":
+		filter = []unix.SockFilter{
+			{Code: ld, K: 4}, // arch
+			{Code: jeq, K: unix.AUDIT_ARCH_X86_64, Jf: 3},
+			{Code: ld, K: 0}, // nr
+			{Code: jeq, K: unix.SYS_MOUNT_SETATTR, Jf: 1},
+			{Code: ret, K: unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)},
+			{Code: ret, K: unix.SECCOMP_RET_ALLOW},
+		}
+	case "capbset-drop":
 		filter = []unix.SockFilter{
 			{Code: ld, K: 4}, // arch
 			{Code: jeq, K: unix.AUDIT_ARCH_X86_64, Jf: 5},
@@ -88,6 +102,8 @@ func execUnderFilter(bin string) {
 			{Code: ret, K: unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)},
 			{Code: ret, K: unix.SECCOMP_RET_ALLOW},
 		}
+	default:
+		fail(fmt.Errorf("%s=%q: no such filter", underFilterDenyEnv, os.Getenv(underFilterDenyEnv)))
 	}
 	prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
 	if _, _, e := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&prog))); e != 0 {

@@ -490,7 +490,7 @@ func TestEarlyInitFailureReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := spawnCfg{ws: newWorkspace(t), bin: self, env: []string{underFilterEnv + "=" + agentrunBin, underFilterDenyEnv + "=1"}}
+	cfg := spawnCfg{ws: newWorkspace(t), bin: self, env: []string{underFilterEnv + "=" + agentrunBin, underFilterDenyEnv + "=capbset-drop"}}
 	for i := range 3 {
 		r := spawn(t, cfg, "/bin/true")
 		mustExit(t, r, 125, "a spawn whose init cannot drop the bounding set")
