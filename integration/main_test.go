@@ -68,6 +68,26 @@ func TestMain(m *testing.M) {
 	os.Exit(testMain(m))
 }
 
+// denyFilter fails system call nr (amd64), when its first argument's low
+// half is *arg0 if arg0 is set, with EPERM, and allows everything else.
+func denyFilter(nr uint32, arg0 *uint32) []unix.SockFilter {
+	const ld, jeq, ret = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, unix.BPF_RET | unix.BPF_K
+	var args []unix.SockFilter
+	if arg0 != nil {
+		args = []unix.SockFilter{{Code: ld, K: 16}, {Code: jeq, K: *arg0, Jf: 1}}
+	}
+	skip := uint8(3 + len(args)) // from the arch test to the last instruction
+	f := []unix.SockFilter{
+		{Code: ld, K: 4}, // arch
+		{Code: jeq, K: unix.AUDIT_ARCH_X86_64, Jf: skip},
+		{Code: ld, K: 0}, // nr
+		{Code: jeq, K: nr, Jf: skip - 2},
+	}
+	f = append(f, args...)
+	return append(f, unix.SockFilter{Code: ret, K: unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)},
+		unix.SockFilter{Code: ret, K: unix.SECCOMP_RET_ALLOW})
+}
+
 func execUnderFilter(bin string) {
 	fail := func(err error) {
 		fmt.Fprintln(os.Stderr, "integration: exec under a filter:", err)
@@ -79,29 +99,13 @@ func execUnderFilter(bin string) {
 		fail(err)
 	}
 	filter := []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ALLOW}}
-	const ld, jeq, ret = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, unix.BPF_RET | unix.BPF_K
 	switch os.Getenv(underFilterDenyEnv) {
 	case "":
 	case "mount-setattr":
-		filter = []unix.SockFilter{
-			{Code: ld, K: 4}, // arch
-			{Code: jeq, K: unix.AUDIT_ARCH_X86_64, Jf: 3},
-			{Code: ld, K: 0}, // nr
-			{Code: jeq, K: unix.SYS_MOUNT_SETATTR, Jf: 1},
-			{Code: ret, K: unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)},
-			{Code: ret, K: unix.SECCOMP_RET_ALLOW},
-		}
+		filter = denyFilter(unix.SYS_MOUNT_SETATTR, nil)
 	case "capbset-drop":
-		filter = []unix.SockFilter{
-			{Code: ld, K: 4}, // arch
-			{Code: jeq, K: unix.AUDIT_ARCH_X86_64, Jf: 5},
-			{Code: ld, K: 0}, // nr
-			{Code: jeq, K: unix.SYS_PRCTL, Jf: 3},
-			{Code: ld, K: 16}, // args[0], low half
-			{Code: jeq, K: unix.PR_CAPBSET_DROP, Jf: 1},
-			{Code: ret, K: unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)},
-			{Code: ret, K: unix.SECCOMP_RET_ALLOW},
-		}
+		arg0 := uint32(unix.PR_CAPBSET_DROP)
+		filter = denyFilter(unix.SYS_PRCTL, &arg0)
 	default:
 		fail(fmt.Errorf("%s=%q: no such filter", underFilterDenyEnv, os.Getenv(underFilterDenyEnv)))
 	}
