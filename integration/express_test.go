@@ -486,10 +486,7 @@ echo "rc=$?"`
 // becomes a child subreaper, which adopts any orphan of the spawns.
 func TestExpressLeavesNoOrphans(t *testing.T) {
 	expressCaller(t)
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		t.Fatalf("become a child subreaper: %v", err)
-	}
-	defer func() { _ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) }()
+	becomeSubreaper(t)
 	// Two idmapped binds as root: the workspace and --rw, two holders.
 	cfg := spawnCfg{ws: newWorkspace(t), flags: []string{"--rw", tempDir(t) + ":/data"}}
 	warmExpress(t, cfg)
@@ -531,21 +528,7 @@ func TestExpressLeavesNoOrphans(t *testing.T) {
 			t.Fatalf("spawn %d through Go: prestart %q, want hit", i, got)
 		}
 	}
-	// An orphan may take a moment to reach its new parent: a hang guard,
-	// not a timing assertion.
-	var kids []int
-	for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if kids = childrenOf(os.Getpid()); len(kids) > 0 {
-			break
-		}
-	}
-	for _, k := range kids {
-		comm, state, _, _ := procStat(strconv.Itoa(k))
-		t.Errorf("orphan adopted by the test: pid %d %q state %s", k, comm, state)
-		_ = syscall.Kill(k, syscall.SIGKILL)
-		var ws syscall.WaitStatus
-		_, _ = syscall.Wait4(k, &ws, 0, nil)
-	}
+	noOrphans(t)
 }
 
 // TestExpressStartFailsAfterClone: the constructor starts the init itself
@@ -564,10 +547,7 @@ func TestExpressStartFailsAfterClone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		t.Fatalf("become a child subreaper: %v", err)
-	}
-	defer func() { _ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) }()
+	becomeSubreaper(t)
 	cfg := spawnCfg{ws: newWorkspace(t)}
 	warmExpress(t, cfg)
 	failing := cfg
@@ -581,6 +561,31 @@ func TestExpressStartFailsAfterClone(t *testing.T) {
 	if !strings.Contains(r.stderr, "idmap") {
 		t.Errorf("want Go's report of the idmapped mount, got:\n%s", r)
 	}
+	noOrphans(t)
+	if ents, _ := filepath.Glob(filepath.Join(expressParent(t), "sbe-*")); len(ents) > 0 {
+		t.Errorf("express cgroups left behind: %v", ents)
+	}
+	r, said = expressSpawn(t, cfg, "/bin/true")
+	mustExit(t, r, 0, "the next spawn without the filter")
+	if said != "used" {
+		t.Errorf("the express path did not come back: %q", said)
+	}
+}
+
+// becomeSubreaper makes the test process a child subreaper until the test
+// ends, so that any orphan of the spawns is adopted by it (noOrphans).
+func becomeSubreaper(t *testing.T) {
+	t.Helper()
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatalf("become a child subreaper: %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) })
+}
+
+// noOrphans fails the test for every process the spawns left to it (see
+// becomeSubreaper), and kills and reaps them.
+func noOrphans(t *testing.T) {
+	t.Helper()
 	// An orphan may take a moment to reach its new parent: a hang guard,
 	// not a timing assertion.
 	var kids []int
@@ -595,14 +600,6 @@ func TestExpressStartFailsAfterClone(t *testing.T) {
 		_ = syscall.Kill(k, syscall.SIGKILL)
 		var ws syscall.WaitStatus
 		_, _ = syscall.Wait4(k, &ws, 0, nil)
-	}
-	if ents, _ := filepath.Glob(filepath.Join(expressParent(t), "sbe-*")); len(ents) > 0 {
-		t.Errorf("express cgroups left behind: %v", ents)
-	}
-	r, said = expressSpawn(t, cfg, "/bin/true")
-	mustExit(t, r, 0, "the next spawn without the filter")
-	if said != "used" {
-		t.Errorf("the express path did not come back: %q", said)
 	}
 }
 
