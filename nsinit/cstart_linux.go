@@ -33,7 +33,7 @@ const haveCInit = true
 // cgroup (a migration on cgroup v1 waits for an RCU grace period) and waits
 // for the filter. The release message then carries the filter; nothing of
 // the command runs before it.
-func startC(cfg *Config) (*Process, error) {
+func startC(cfg *Config) (_ *Process, err error) {
 	spec := cfg.Spec
 	if spec.Process == nil || len(spec.Process.Args) == 0 || spec.Linux == nil {
 		return nil, &StepError{Step: "spec", Msg: "no process, args or linux section"}
@@ -63,7 +63,24 @@ func startC(cfg *Config) (*Process, error) {
 		return pre.p, pre.err
 	}
 
-	prep, err := prepareMountsWith(spec, cUserns)
+	// The idmap holders are killed once their user namespaces are open
+	// and reaped off the spawn's path; a Start that fails waits for them,
+	// since its caller may exit at once and leave them to a reaper that
+	// never reaps (an agent runner that is a container's PID 1). A
+	// started Process waits for them in Wait.
+	holders := &sync.WaitGroup{}
+	holder := cinit.UsernsHolder
+	if cfg.usernsHolder != nil {
+		holder = cfg.usernsHolder
+	}
+	defer func() {
+		if err != nil {
+			holders.Wait()
+		}
+	}()
+	prep, err := prepareMountsWith(spec, func(uids, gids []specs.LinuxIDMapping) (int, error) {
+		return usernsVia(holder, uids, gids, holders)
+	})
 	if err != nil {
 		_, _ = awaitProg()
 		return nil, err
@@ -163,6 +180,7 @@ func startC(cfg *Config) (*Process, error) {
 	}
 	p.setForwarder(cfg.Forwarder)
 	p.prog, p.onViolation = prog, cfg.OnViolation
+	p.holders = holders
 	// A write error means the child is gone; its report says why.
 	_, werr := parentSock.Write(release)
 	return p.awaitStarted(werr)
@@ -405,12 +423,16 @@ func writeProc(name, data string) error {
 // cUserns returns an fd of a user namespace with the given maps, owned by
 // a short-lived holder that the C side clones (no exec).
 func cUserns(uids, gids []specs.LinuxIDMapping) (int, error) {
-	return usernsVia(cinit.UsernsHolder, uids, gids)
+	var reaped sync.WaitGroup
+	defer reaped.Wait()
+	return usernsVia(cinit.UsernsHolder, uids, gids, &reaped)
 }
 
 // usernsVia is cUserns with the holder's start (cinit.UsernsHolder) as a
-// parameter, so that a test can account for every holder's release.
-func usernsVia(holder func(pipeRead int) (int, func(), error), uids, gids []specs.LinuxIDMapping) (int, error) {
+// parameter, so that a test can account for every holder's release. The
+// holder is killed before it returns and reaped on a goroutine, which
+// pending counts.
+func usernsVia(holder func(pipeRead int) (int, func(), error), uids, gids []specs.LinuxIDMapping, pending *sync.WaitGroup) (int, error) {
 	// The holder's parent death signal follows this thread.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -424,10 +446,12 @@ func usernsVia(holder func(pipeRead int) (int, func(), error), uids, gids []spec
 	if err != nil {
 		return -1, fmt.Errorf("userns holder: %w", err)
 	}
+	pending.Add(1)
 	defer func() {
 		_ = unix.Kill(pid, unix.SIGKILL)
 		// Reaped off the spawn's path.
 		go func() {
+			defer pending.Done()
 			for {
 				_, err := unix.Wait4(pid, nil, 0, nil)
 				if errors.Is(err, unix.EINTR) {

@@ -3,6 +3,7 @@
 package nsinit
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -36,6 +37,19 @@ func childrenOf(ppid int) []string {
 		}
 	}
 	return out
+}
+
+// countedHolder is the C side's idmap holder, counting the holders
+// started and released; each release (after the reap) is delayed by delay.
+func countedHolder(started, released *atomic.Int64, delay time.Duration) func(pipeRead int) (int, func(), error) {
+	return func(pipeRead int) (int, func(), error) {
+		pid, reaped, err := cinit.UsernsHolder(pipeRead)
+		if err != nil {
+			return pid, reaped, err
+		}
+		started.Add(1)
+		return pid, func() { time.Sleep(delay); reaped(); released.Add(1) }, nil
+	}
 }
 
 // TestUsernsHolders: the C side's idmap holders (CLONE_VM, on a stack of
@@ -73,21 +87,14 @@ func TestUsernsHolders(t *testing.T) {
 		}
 	}()
 	var started, released atomic.Int64
-	holder := func(pipeRead int) (int, func(), error) {
-		pid, reaped, err := cinit.UsernsHolder(pipeRead)
-		if err != nil {
-			return pid, reaped, err
-		}
-		started.Add(1)
-		return pid, func() { reaped(); released.Add(1) }, nil
-	}
-	var wg sync.WaitGroup
+	holder := countedHolder(&started, &released, 0)
+	var wg, reaping sync.WaitGroup
 	errs := make(chan error, 64)
 	for i := 0; i < cap(errs); i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			fd, err := usernsVia(holder, maps(uid), maps(gid))
+			fd, err := usernsVia(holder, maps(uid), maps(gid), &reaping)
 			if err != nil {
 				errs <- err
 				return
@@ -108,18 +115,62 @@ func TestUsernsHolders(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		kids := childrenOf(os.Getpid())
-		if len(kids) == 0 && released.Load() == started.Load() {
-			if started.Load() != int64(cap(errs)) {
-				t.Fatalf("%d holders started, want %d", started.Load(), cap(errs))
-			}
-			return
+	// Every holder is reaped once reaping says so, not just eventually:
+	// a spawn's Wait and a failed Start rely on it.
+	reaping.Wait()
+	if kids := childrenOf(os.Getpid()); len(kids) > 0 || released.Load() != started.Load() {
+		t.Fatalf("holders left behind: children %v; %d of %d stacks released", kids, released.Load(), started.Load())
+	}
+	if started.Load() != int64(cap(errs)) {
+		t.Fatalf("%d holders started, want %d", started.Load(), cap(errs))
+	}
+}
+
+// TestHoldersReapedByStartAndWait: a Start that fails after its idmap holders
+// were started (here at the cgroup placement, the step after the idmapped
+// trees) has reaped them by the time it returns. Its caller, the CLI, exits
+// at once; a holder still dying or unreaped then would be left to the
+// host's reaper, which in a container whose PID 1 is an agent runner may
+// never reap. Likewise, a started sandbox's Wait returns only once its
+// holders are reaped. The test's holder is the C one, whose release (after
+// the reap) takes a while longer, so that a Start or Wait that did not wait
+// for it would return first.
+func TestHoldersReapedByStartAndWait(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: only host root idmaps a bind of the host's filesystem")
+	}
+	t.Setenv(BackendEnv, "")
+	skipWithoutUserns(t)
+	var started, released atomic.Int64
+	holder := countedHolder(&started, &released, 50*time.Millisecond)
+	refused := errors.New("placement refused by the test")
+	spec := testSpec(t, "/bin/true")
+	for _, d := range []string{"/data", "/more"} { // two maps, two holders
+		m := specs.Mount{Destination: d, Type: "bind", Source: t.TempDir(), Options: []string{"rbind", "idmap"},
+			UIDMappings: []specs.LinuxIDMapping{{ContainerID: 1000, HostID: 2147418112, Size: 1}},
+			GIDMappings: []specs.LinuxIDMapping{{ContainerID: 1000, HostID: 2147418112, Size: 1}},
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("holders left behind: children %v; %d of %d stacks released", kids, released.Load(), started.Load())
+		if d == "/more" {
+			m.UIDMappings[0].ContainerID = 1001
 		}
-		time.Sleep(20 * time.Millisecond)
+		spec.Mounts = append(spec.Mounts, m)
+	}
+	_, err := Start(&Config{Spec: spec, Backend: BackendC, usernsHolder: holder,
+		CgroupReady: func() (*CgroupPlacement, error) { return nil, refused }})
+	if !errors.Is(err, refused) {
+		t.Fatalf("Start: %v, want the test's placement error", err)
+	}
+	if kids := childrenOf(os.Getpid()); len(kids) > 0 || started.Load() != 2 || released.Load() != 2 {
+		t.Fatalf("Start failed with children %v left; %d holders started, %d released, want 2 and 2", kids, started.Load(), released.Load())
+	}
+	p, err := Start(&Config{Spec: spec, Backend: BackendC, usernsHolder: holder})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exit, err := p.Wait(); err != nil || exit.Code != 0 {
+		t.Fatalf("the sandbox without the placement error: exit %+v, %v", exit, err)
+	}
+	if kids := childrenOf(os.Getpid()); len(kids) > 0 || started.Load() != 4 || released.Load() != 4 {
+		t.Fatalf("Wait returned with children %v left; %d holders started, %d released, want 4 and 4", kids, started.Load(), released.Load())
 	}
 }

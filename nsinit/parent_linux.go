@@ -59,6 +59,11 @@ type Config struct {
 	// its command started; what it returns (nil: nothing) is cached next
 	// to the plan image for the express path.
 	Express func() *Express
+
+	// usernsHolder, when set, replaces the C init's idmap holder
+	// (cinit.UsernsHolder), so that a test can watch every holder's
+	// release.
+	usernsHolder func(pipeRead int) (pid int, reaped func(), err error)
 }
 
 // placement is the cgroup placement, waiting for CgroupReady if set.
@@ -120,6 +125,9 @@ type Process struct {
 	// prestart is what became of the CLI's prestart (PrestartHit...), or
 	// "" when there was none.
 	prestart string
+	// holders counts the idmap holders still being reaped (nil: none);
+	// Wait waits for them, so that none outlives the spawn unreaped.
+	holders *sync.WaitGroup
 
 	// fwdMu orders signals and the forwarder's attach and detach against
 	// the reaping: nothing is sent to the pid, or through the pidfd, once
@@ -667,6 +675,9 @@ func (p *Process) Wait() (Exit, error) {
 		r, rerr = p.read()
 	}
 	p.wait()
+	if p.holders != nil {
+		p.holders.Wait()
+	}
 	p.sock.Close()
 	if p.notifier != nil {
 		// Notifications of processes that died with init may still be in
