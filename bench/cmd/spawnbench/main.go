@@ -3,11 +3,12 @@
 // Command spawnbench measures the spawn latency of agentrun side by side with
 // its peers (bare fork+exec, unshare, bubblewrap, runc) in one interleaved
 // run on one machine, plus throughput and peak RSS under concurrency, and
-// writes bench/results/latest.{md,svg,json}.
+// writes bench/results/latest.{md,svg,json}. With -baseline it also runs an
+// older agentrun build in the same rounds.
 //
 // Usage (from the repository root):
 //
-//	go run ./bench/cmd/spawnbench [-n 200] [-quick] [-only bwrap,agentrun-none] [-agentrun bin/agentrun] [-out bench/results]
+//	go run ./bench/cmd/spawnbench [-n 200] [-quick] [-only bwrap,agentrun-none] [-agentrun bin/agentrun] [-baseline /tmp/agentrun-base.bin] [-out bench/results]
 package main
 
 import (
@@ -22,6 +23,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -38,6 +40,7 @@ type flags struct {
 	rounds      int
 	warmup      int
 	agentrun    string
+	baseline    string
 	only        []string
 	out         string
 	quick       bool
@@ -51,8 +54,8 @@ type flags struct {
 }
 
 func main() {
-	// The in-process contender may re-execute this binary as the sandbox
-	// init (the Go init backend).
+	// The in-process contender's sandboxes may re-execute this binary in
+	// one of nsinit's helper roles.
 	nsinit.Dispatch()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
@@ -70,6 +73,7 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	fs.IntVar(&f.rounds, "n", 200, "interleaved rounds (timed spawns per contender)")
 	fs.IntVar(&f.warmup, "warmup", 3, "warm-up spawns per contender; each must exit 0")
 	fs.StringVar(&f.agentrun, "agentrun", "bin/agentrun", "path of the agentrun binary")
+	fs.StringVar(&f.baseline, "baseline", "", "path of an older agentrun build to run beside -agentrun as "+strings.Join(spawn.BaseNames(), " and "))
 	only := fs.String("only", "", "comma-separated contenders to run (default all: "+strings.Join(spawn.Names(), ",")+")")
 	fs.StringVar(&f.out, "out", "bench/results", "directory for latest.md, latest.svg and latest.json")
 	fs.BoolVar(&f.quick, "quick", false, "few samples for a smoke run (-n 30, 1 warm-up, small scaling budget) unless set explicitly")
@@ -109,12 +113,12 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 		return f, fmt.Errorf("-n must be at least 1, got %d", f.rounds)
 	}
 	f.only = splitList(*only)
-	if err := spawn.ValidateOnly(f.only); err != nil {
+	if err := validateNames(f.only, f.baseline); err != nil {
 		return f, fmt.Errorf("-only: %w", err)
 	}
 	if *scale != "none" {
 		f.scale = splitList(*scale)
-		if err := spawn.ValidateOnly(f.scale); err != nil {
+		if err := validateNames(f.scale, f.baseline); err != nil {
 			return f, fmt.Errorf("-scale: %w", err)
 		}
 	}
@@ -129,6 +133,23 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 		f.seed = uint64(time.Now().UnixNano())
 	}
 	return f, nil
+}
+
+// validateNames checks contender names, and that those of the baseline
+// build come with one.
+func validateNames(names []string, baseline string) error {
+	if err := spawn.ValidateOnly(names); err != nil {
+		return err
+	}
+	if baseline != "" {
+		return nil
+	}
+	for _, n := range names {
+		if slices.Contains(spawn.BaseNames(), n) {
+			return fmt.Errorf("%s needs -baseline", n)
+		}
+	}
+	return nil
 }
 
 func splitList(s string) []string {
@@ -162,7 +183,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer null.Close()
 
-	set, err := spawn.Build(ctx, spawn.Options{Agentrun: f.agentrun, Only: f.only})
+	set, err := spawn.Build(ctx, spawn.Options{Agentrun: f.agentrun, Baseline: f.baseline, Only: f.only})
 	if err != nil {
 		return fmt.Errorf("prepare contenders: %w", err)
 	}
@@ -218,7 +239,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}),
 		Config: report.Config{
 			Rounds: f.rounds, Warmup: f.warmup, Seed: f.seed, Quick: f.quick, Only: f.only,
-			Agentrun: f.agentrun, ScaleContenders: f.scale, ScaleLevels: f.levels, ScaleSpawns: f.scaleSpawns,
+			Agentrun: f.agentrun, BaselineAgentrun: f.baseline, ScaleContenders: f.scale, ScaleLevels: f.levels, ScaleSpawns: f.scaleSpawns,
 			RSSRuns: f.rssRuns, CPURuns: f.cpuRuns,
 		},
 		Baseline:   spawn.Bwrap,
@@ -235,6 +256,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	rep.Notes = append(append(append(rep.Notes, notes(f, set)...), rssNotes...), cpuNotes...)
 	rep.ComputeRatios()
+	rep.Notes = append(rep.Notes, rep.BaseComparison()...)
 	rep.ElapsedS = time.Since(started).Seconds()
 
 	if err := rep.Text(stdout); err != nil {
@@ -260,6 +282,11 @@ func notes(f flags, set *spawn.Set) []string {
 	}
 	if sum, err := fileDigest(f.agentrun); err == nil {
 		n = append(n, fmt.Sprintf("agentrun binary %s sha256 %s.", f.agentrun, sum))
+	}
+	if f.baseline != "" {
+		if sum, err := fileDigest(f.baseline); err == nil {
+			n = append(n, fmt.Sprintf("Baseline agentrun binary (the %s rows) %s sha256 %s.", report.BaseSuffix, f.baseline, sum))
+		}
 	}
 	return append(n, set.Notes...)
 }

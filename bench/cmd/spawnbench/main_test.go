@@ -54,3 +54,18 @@ func TestBusyNote(t *testing.T) {
 		t.Error("unknown load reported busy")
 	}
 }
+
+func TestParseFlagsBaseline(t *testing.T) {
+	f, err := parseFlags([]string{"-baseline", "/tmp/old", "-only", "bwrap,agentrun-none,agentrun-none@base", "-scale", "agentrun-rootless@base"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.baseline != "/tmp/old" || !slices.Contains(f.only, "agentrun-none@base") {
+		t.Errorf("baseline flags: %+v", f)
+	}
+	for _, bad := range [][]string{{"-only", "agentrun-none@base"}, {"-scale", "agentrun-rootless@base"}} {
+		if _, err := parseFlags(bad, io.Discard); err == nil || !strings.Contains(err.Error(), "needs -baseline") {
+			t.Errorf("%q without -baseline: %v", bad, err)
+		}
+	}
+}

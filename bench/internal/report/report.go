@@ -70,17 +70,19 @@ type ScalePoint struct {
 
 // Config is how the run was invoked, recorded so it can be repeated.
 type Config struct {
-	Rounds          int      `json:"rounds"`
-	Warmup          int      `json:"warmup"`
-	Seed            uint64   `json:"seed"`
-	Quick           bool     `json:"quick"`
-	Only            []string `json:"only,omitempty"`
-	Agentrun        string   `json:"agentrun"`
-	ScaleContenders []string `json:"scale_contenders,omitempty"`
-	ScaleLevels     []int    `json:"scale_levels,omitempty"`
-	ScaleSpawns     int      `json:"scale_spawns_per_level"`
-	RSSRuns         int      `json:"rss_runs"`
-	CPURuns         int      `json:"cpu_runs"`
+	Rounds   int      `json:"rounds"`
+	Warmup   int      `json:"warmup"`
+	Seed     uint64   `json:"seed"`
+	Quick    bool     `json:"quick"`
+	Only     []string `json:"only,omitempty"`
+	Agentrun string   `json:"agentrun"`
+	// BaselineAgentrun is the older build the BaseSuffix rows ran, if any.
+	BaselineAgentrun string   `json:"baseline_agentrun,omitempty"`
+	ScaleContenders  []string `json:"scale_contenders,omitempty"`
+	ScaleLevels      []int    `json:"scale_levels,omitempty"`
+	ScaleSpawns      int      `json:"scale_spawns_per_level"`
+	RSSRuns          int      `json:"rss_runs"`
+	CPURuns          int      `json:"cpu_runs"`
 }
 
 // Report is everything one run produced.
@@ -132,6 +134,28 @@ func (r *Report) ComputeRatios() {
 			c.RatioFloor = &v
 		}
 	}
+}
+
+// BaseSuffix marks a contender that runs the baseline build: "X@base" is X
+// with the older binary, measured in the same rounds.
+const BaseSuffix = "@base"
+
+// BaseComparison returns, for every contender X measured beside an
+// "X@base", one line comparing their ratios to bwrap: how the change
+// between the two builds moved X, free of the drift between two runs.
+// It needs ComputeRatios first.
+func (r *Report) BaseComparison() []string {
+	var out []string
+	for _, c := range r.Contenders {
+		b := r.Find(c.Name + BaseSuffix)
+		if b == nil || c.RatioBwrap == nil || b.RatioBwrap == nil || *b.RatioBwrap == 0 {
+			continue
+		}
+		rel := *c.RatioBwrap / *b.RatioBwrap
+		out = append(out, fmt.Sprintf("%s is %.3f× %s and %s %.3f× in the same rounds: %.3f of the baseline build's ratio (%+.1f %%).",
+			c.Name, *c.RatioBwrap, r.Baseline, b.Name, *b.RatioBwrap, rel, (rel-1)*100))
+	}
+	return out
 }
 
 // JSON writes the report as indented JSON.

@@ -239,3 +239,20 @@ func TestFormatting(t *testing.T) {
 		}
 	}
 }
+
+func TestBaseComparison(t *testing.T) {
+	r := sample()
+	r.Contenders = append(r.Contenders,
+		Contender{Name: "agentrun-none" + BaseSuffix, Label: "old build", Status: StatusOK, Summary: summary(2.5, 3, 4)},
+		Contender{Name: "agentrun-host" + BaseSuffix, Label: "old build", Status: StatusOK, Summary: summary(2, 3, 4)})
+	if got := r.BaseComparison(); got != nil {
+		t.Errorf("before ComputeRatios: %q", got)
+	}
+	r.ComputeRatios()
+	got := r.BaseComparison()
+	// agentrun-host failed, so only agentrun-none has a pair: 0.5 against 0.625.
+	if len(got) != 1 || !strings.Contains(got[0], "agentrun-none is 0.500× bwrap and agentrun-none@base 0.625×") ||
+		!strings.Contains(got[0], "0.800 of the baseline build's ratio (-20.0 %)") {
+		t.Errorf("comparison: %q", got)
+	}
+}

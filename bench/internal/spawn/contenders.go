@@ -1,8 +1,9 @@
 //go:build linux
 
 // Package spawn defines the benchmark's contenders (bare fork+exec, unshare,
-// bubblewrap, runc, agentrun's CLI and, later, its Go API) and measures them:
-// interleaved single spawns for latency, and concurrent batches for scaling.
+// bubblewrap, runc, agentrun's CLI and its Go API, and optionally an older
+// agentrun build beside the current one) and measures them: interleaved
+// single spawns for latency, and concurrent batches for scaling.
 package spawn
 
 import (
@@ -48,12 +49,20 @@ const (
 	// of most agent runners.
 	BwrapRootless    = "bwrap-rootless"
 	AgentrunRootless = "agentrun-rootless"
+	// AgentrunNoneBase and AgentrunRootlessBase are agentrun-none and
+	// agentrun-rootless run with the baseline build (Options.Baseline), so
+	// that a change's effect on the ratio to bwrap is measured in one run.
+	AgentrunNoneBase     = AgentrunNone + report.BaseSuffix
+	AgentrunRootlessBase = AgentrunRootless + report.BaseSuffix
 )
 
 // Names lists every contender in display order.
 func Names() []string {
-	return []string{ForkExec, Unshare, Bwrap, Runc, RuncRootless, AgentrunNone, AgentrunNoPrestart, AgentrunNoExpress, AgentrunHost, AgentrunUnconfined, AgentrunAPI, BwrapRootless, AgentrunRootless}
+	return []string{ForkExec, Unshare, Bwrap, Runc, RuncRootless, AgentrunNone, AgentrunNoneBase, AgentrunNoPrestart, AgentrunNoExpress, AgentrunHost, AgentrunUnconfined, AgentrunAPI, BwrapRootless, AgentrunRootless, AgentrunRootlessBase}
 }
+
+// BaseNames lists the contenders that need Options.Baseline.
+func BaseNames() []string { return []string{AgentrunNoneBase, AgentrunRootlessBase} }
 
 // Contender is one way of starting /bin/true in a sandbox (or without one,
 // for the floor). Exactly one of argv and inProc is set when it is runnable.
@@ -82,6 +91,9 @@ func (c *Contender) Runnable() bool { return c.Status == report.StatusOK }
 type Options struct {
 	// Agentrun is the path of the agentrun binary (bin/agentrun).
 	Agentrun string
+	// Baseline, when set, is the path of an older agentrun build; it adds
+	// the BaseNames contenders, which run it. Empty leaves them out.
+	Baseline string
 	// Only, when non-empty, restricts Build to these names.
 	Only []string
 }
@@ -147,6 +159,13 @@ func Build(ctx context.Context, opt Options) (*Set, error) {
 	if err := ValidateOnly(opt.Only); err != nil {
 		return nil, err
 	}
+	if opt.Baseline == "" {
+		for _, n := range BaseNames() {
+			if len(opt.Only) > 0 && selected(opt.Only, n) {
+				return nil, fmt.Errorf("%s needs a baseline build", n)
+			}
+		}
+	}
 	tmp, err := os.MkdirTemp("", "spawnbench-")
 	if err != nil {
 		return nil, fmt.Errorf("create temp dir: %w", err)
@@ -195,6 +214,9 @@ func Build(ctx context.Context, opt Options) (*Set, error) {
 	}
 
 	add(agentrunCLI(AgentrunNone, opt.Agentrun, "none"))
+	if opt.Baseline != "" && selected(opt.Only, AgentrunNoneBase) {
+		add(baseCLI(opt.Baseline, tmp))
+	}
 	noPre := agentrunCLI(AgentrunNoPrestart, opt.Agentrun, "none")
 	noPre.Label = "agentrun-none without prestart (AGENTRUN_PRESTART=0): the init starts after the Go runtime"
 	noPre.Env = append(withoutEnv(env, "AGENTRUN_PRESTART"), "AGENTRUN_PRESTART=0")
@@ -214,6 +236,9 @@ func Build(ctx context.Context, opt Options) (*Set, error) {
 		bw, ar := rootlessPair(tmp, opt.Agentrun)
 		add(bw)
 		add(ar)
+	}
+	if opt.Baseline != "" && selected(opt.Only, AgentrunRootlessBase) {
+		add(rootlessBase(tmp, opt.Baseline))
 	}
 	// Show commands without the random temp path, so reports diff cleanly.
 	for _, c := range set.Contenders {
@@ -332,6 +357,25 @@ func unconfined(path, tmp string) *Contender {
 	return c
 }
 
+// baseCLI is agentrun-none run with the baseline build. It gets a
+// workspace of its own: the prestart cache is keyed by the working directory
+// and the flags, not by the binary, so two builds in one directory would
+// replace each other's cached plan and neither would take its fast path.
+func baseCLI(path, tmp string) *Contender {
+	c := agentrunCLI(AgentrunNoneBase, path, "none")
+	c.Label = "agentrun-none run with the baseline build (-baseline)"
+	if c.Status != "" {
+		return c
+	}
+	ws := filepath.Join(tmp, "workspace-base")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		c.Status, c.Reason = report.StatusFailed, err.Error()
+		return c
+	}
+	c.Dir = ws
+	return c
+}
+
 // inProcessAgentrun times agentrun.Run called from this process: the
 // library path of agent runners, with no CLI start-up, and the seccomp
 // program compiled once and kept in memory as a long-lived runner would.
@@ -364,55 +408,98 @@ func inProcessAgentrun(ws string) *Contender {
 // user (its result says limits "none").
 func rootlessPair(tmp, agentrunPath string) (bw, ar *Contender) {
 	bw = &Contender{Name: BwrapRootless, Label: "bubblewrap as bwrap, run by an unprivileged user"}
-	ar = &Contender{Name: AgentrunRootless, Label: "agentrun CLI, default policy, network none, run by an unprivileged user"}
-	fail := func(err error) (*Contender, *Contender) {
+	const arLabel = "agentrun CLI, default policy, network none, run by an unprivileged user"
+	u, err := newRootlessUser(tmp, "rootless")
+	if err != nil {
+		ar = &Contender{Name: AgentrunRootless, Label: arLabel}
 		for _, c := range []*Contender{bw, ar} {
 			c.Status, c.Reason = report.StatusFailed, err.Error()
 		}
 		return bw, ar
 	}
-	uid, gid, asOther := unprivilegedIDs()
-	ws := filepath.Join(tmp, "workspace-rootless")
-	if err := os.Mkdir(ws, 0o755); err != nil {
-		return fail(err)
+	bw = tool(bw, "bwrap", BwrapArgs(u.ws, fileExists)...)
+	u.apply(bw)
+	ar = u.agentrun(AgentrunRootless, agentrunPath, "agentrun-rootless")
+	ar.Label = arLabel
+	u.apply(ar)
+	return bw, ar
+}
+
+// rootlessBase is agentrun-rootless run with the baseline build, in a
+// workspace and runtime directory of its own (see baseCLI).
+func rootlessBase(tmp, path string) *Contender {
+	const label = "agentrun-rootless run with the baseline build (-baseline)"
+	u, err := newRootlessUser(tmp, "rootless-base")
+	if err != nil {
+		return &Contender{Name: AgentrunRootlessBase, Label: label, Status: report.StatusFailed, Reason: err.Error()}
 	}
-	// agentrun's state (the seccomp disk cache) goes to a runtime dir of
-	// that user's inside tmp, so that the set's Close removes it.
-	xdg := filepath.Join(tmp, "xdg-rootless")
-	if err := os.Mkdir(xdg, 0o700); err != nil {
-		return fail(err)
+	c := u.agentrun(AgentrunRootlessBase, path, "agentrun-rootless-base")
+	c.Label = label
+	u.apply(c)
+	return c
+}
+
+// rootlessUser is what a contender run by an unprivileged user needs: the
+// user, and a workspace and runtime directory that user owns.
+type rootlessUser struct {
+	uid, gid int
+	asOther  bool // the driver is root, so the contender runs as nobody
+	tmp      string
+	ws, xdg  string
+}
+
+// newRootlessUser creates the user's workspace and runtime directory in
+// tmp, named after tag. agentrun's state (the seccomp disk cache, the
+// prestart cache) goes to that runtime directory, so that the set's Close
+// removes it.
+func newRootlessUser(tmp, tag string) (*rootlessUser, error) {
+	u := &rootlessUser{tmp: tmp, ws: filepath.Join(tmp, "workspace-"+tag), xdg: filepath.Join(tmp, "xdg-"+tag)}
+	u.uid, u.gid, u.asOther = unprivilegedIDs()
+	if err := os.Mkdir(u.ws, 0o755); err != nil {
+		return nil, err
 	}
-	bin := agentrunPath
-	copyErr := error(nil)
-	if asOther {
-		for _, d := range []string{ws, xdg} {
-			if err := os.Chown(d, uid, gid); err != nil {
-				return fail(err)
+	if err := os.Mkdir(u.xdg, 0o700); err != nil {
+		return nil, err
+	}
+	if u.asOther {
+		for _, d := range []string{u.ws, u.xdg} {
+			if err := os.Chown(d, u.uid, u.gid); err != nil {
+				return nil, err
 			}
 		}
-		// The build tree may not be reachable by that user.
-		bin = filepath.Join(tmp, "agentrun-rootless")
-		b, err := os.ReadFile(agentrunPath)
+	}
+	return u, nil
+}
+
+// agentrun is agentrun-none of the binary at path, run by the user. When
+// the driver is root the binary is copied into tmp as copyName first: the
+// build tree may not be reachable by that user.
+func (u *rootlessUser) agentrun(name, path, copyName string) *Contender {
+	bin := path
+	var copyErr error
+	if u.asOther {
+		bin = filepath.Join(u.tmp, copyName)
+		b, err := os.ReadFile(path)
 		if err == nil {
 			err = os.WriteFile(bin, b, 0o755)
 		}
 		copyErr = err
 	}
-	bw = tool(bw, "bwrap", BwrapArgs(ws, fileExists)...)
-	ar = agentrunCLI(AgentrunRootless, bin, "none")
-	ar.Label = "agentrun CLI, default policy, network none, run by an unprivileged user"
-	if copyErr != nil && ar.Status == "" {
-		ar.Status, ar.Reason = report.StatusFailed, fmt.Sprintf("copy agentrun for the unprivileged user: %v", copyErr)
+	c := agentrunCLI(name, bin, "none")
+	if copyErr != nil && c.Status == "" {
+		c.Status, c.Reason = report.StatusFailed, fmt.Sprintf("copy agentrun for the unprivileged user: %v", copyErr)
 	}
-	for _, c := range []*Contender{bw, ar} {
-		c.Dir = ws
-		c.Env = append(withoutEnv(os.Environ(), "XDG_RUNTIME_DIR"), "XDG_RUNTIME_DIR="+xdg)
-		if asOther {
-			c.Cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
-			c.Label += fmt.Sprintf(" (uid %d)", uid)
-		}
+	return c
+}
+
+// apply runs c as the user, in the user's workspace and runtime directory.
+func (u *rootlessUser) apply(c *Contender) {
+	c.Dir = u.ws
+	c.Env = append(withoutEnv(os.Environ(), "XDG_RUNTIME_DIR"), "XDG_RUNTIME_DIR="+u.xdg)
+	if u.asOther {
+		c.Cred = &syscall.Credential{Uid: uint32(u.uid), Gid: uint32(u.gid), Groups: []uint32{}}
+		c.Label += fmt.Sprintf(" (uid %d)", u.uid)
 	}
-	return bw, ar
 }
 
 // unprivilegedIDs returns the uid/gid rootless runc runs as: the caller's own

@@ -217,3 +217,77 @@ func TestWarmupAndInterleavedRun(t *testing.T) {
 		t.Errorf("scale points: %+v", points)
 	}
 }
+
+// TestBaselineContenders checks the contenders of -baseline: they run the
+// baseline binary with agentrun-none's and agentrun-rootless's recipe, each
+// in a workspace (and runtime directory) of its own, so that the two builds
+// do not share a prestart cache key.
+func TestBaselineContenders(t *testing.T) {
+	dir := t.TempDir()
+	cur, base := dir+"/agentrun", dir+"/agentrun-base"
+	for _, p := range []string{cur, base} {
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n# "+p+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	only := []string{AgentrunNone, AgentrunNoneBase, AgentrunRootless, AgentrunRootlessBase}
+	set, err := Build(context.Background(), Options{Agentrun: cur, Baseline: base, Only: only})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	byName := map[string]*Contender{}
+	var names []string
+	for _, c := range set.Contenders {
+		byName[c.Name] = c
+		names = append(names, c.Name)
+	}
+	if !slices.Equal(names, only) {
+		t.Fatalf("contenders %q, want %q", names, only)
+	}
+	for _, pair := range [][2]string{{AgentrunNone, AgentrunNoneBase}, {AgentrunRootless, AgentrunRootlessBase}} {
+		c, b := byName[pair[0]], byName[pair[1]]
+		if !c.Runnable() || !b.Runnable() {
+			t.Fatalf("%s: %s %s, %s: %s %s", c.Name, c.Status, c.Reason, b.Name, b.Status, b.Reason)
+		}
+		cArgv, bArgv := c.argv(1), b.argv(1)
+		if !slices.Equal(cArgv[1:], bArgv[1:]) {
+			t.Errorf("%s runs %q, %s %q: not the same recipe", c.Name, cArgv, b.Name, bArgv)
+		}
+		got, err := os.ReadFile(bArgv[0])
+		if err != nil || !strings.Contains(string(got), base) {
+			t.Errorf("%s runs %s (%q, %v), not the baseline build", b.Name, bArgv[0], got, err)
+		}
+		if c.Dir == b.Dir {
+			t.Errorf("%s and %s share the workspace %s", c.Name, b.Name, c.Dir)
+		}
+		if (c.Cred == nil) != (b.Cred == nil) || c.Cred != nil && c.Cred.Uid != b.Cred.Uid {
+			t.Errorf("%s and %s run as different users: %+v, %+v", c.Name, b.Name, c.Cred, b.Cred)
+		}
+	}
+	if xdg := envValue(byName[AgentrunRootlessBase].Env, "XDG_RUNTIME_DIR"); xdg == envValue(byName[AgentrunRootless].Env, "XDG_RUNTIME_DIR") {
+		t.Errorf("the rootless contenders share the runtime directory %s", xdg)
+	}
+
+	// Without a baseline they are left out, and asking for them is an error.
+	set2, err := Build(context.Background(), Options{Agentrun: cur, Only: []string{AgentrunNone}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set2.Close()
+	if len(set2.Contenders) != 1 || set2.Contenders[0].Name != AgentrunNone {
+		t.Errorf("without -baseline: %d contenders", len(set2.Contenders))
+	}
+	if _, err := Build(context.Background(), Options{Agentrun: cur, Only: []string{AgentrunNoneBase}}); err == nil {
+		t.Error("a baseline contender without a baseline build was accepted")
+	}
+}
+
+func envValue(env []string, key string) string {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
