@@ -1,9 +1,6 @@
 GO ?= go
 BIN := bin/agentrun
 TEST_USER ?= artest
-# Init backends the integration suite runs against: the C init cloned from
-# the parent (default in cgo builds) and the re-exec'd Go init.
-BACKENDS ?= c go
 STATICCHECK_VERSION := v0.8.2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 ROOTLESS_DIR := /tmp/agentrun-rootless-bin
@@ -41,32 +38,30 @@ ifneq ($(MUSL_CC),)
 endif
 	$(BUILD_ENV) CGO_ENABLED=1 $(GO) build $(BUILD_FLAGS) -o $(BIN) ./cmd/agentrun
 
-# The whole suite: lint, unit tests, the integration suite against every
-# backend, as the caller and, when the caller is root, as $(TEST_USER), and
-# the C backend once more without its loader thread (integration-noloader),
-# and the same suites again in a pure cgroup v2 VM on an older kernel.
+# The whole suite: lint, unit tests, the integration suite as the caller
+# and, when the caller is root, as $(TEST_USER), once more without the
+# init's loader thread (integration-noloader), and the same suites again in
+# a pure cgroup v2 VM on an older kernel.
 test: build lint unit integration integration-noloader vmtest
 
 unit:
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /integration)
 
 integration: build
-	@for b in $(BACKENDS); do \
-		echo "== integration, backend $$b, as $$(id -un)"; \
-		AGENTRUN_INIT=$$b AGENTRUN_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 ./integration/ || exit 1; \
-	done
+	@echo "== integration, as $$(id -un)"
+	AGENTRUN_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 ./integration/
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory integration-rootless; \
 	else echo "note: not root, so the root-mode half of the integration suite did not run (sudo make integration)"; fi
 
 # The C init without its loader thread, as it is built for architectures
 # other than x86_64 (LOADER_THREAD 0 in nsinit/internal/cinit/cinit.c):
-# the C backend's suite as the caller, on this x86_64 host.
+# the integration suite as the caller, on this x86_64 host.
 # Named agentrun like the others: tests tell the CLI's processes by name.
 integration-noloader:
 	@mkdir -p bin/noloader
 	$(MAKE) --no-print-directory build BIN=bin/noloader/agentrun CINIT_CFLAGS=-DAR_NO_LOADER_THREAD
-	@echo "== integration, backend c without the loader thread, as $$(id -un)"
-	AGENTRUN_INIT=c AGENTRUN_BIN=$(CURDIR)/bin/noloader/agentrun $(GO) test -count=1 ./integration/
+	@echo "== integration, the init without its loader thread, as $$(id -un)"
+	AGENTRUN_BIN=$(CURDIR)/bin/noloader/agentrun $(GO) test -count=1 ./integration/
 
 # Runs the integration suite as the unprivileged $(TEST_USER) (root only).
 integration-rootless: build
@@ -74,12 +69,10 @@ integration-rootless: build
 	install -m 0755 $(BIN) $(ROOTLESS_DIR)/agentrun
 	CGO_ENABLED=0 $(GO) build -o $(ROOTLESS_DIR)/attacker ./integration/internal/attacker
 	chown -R $(TEST_USER) $(ROOTLESS_DIR)
-	@for b in $(BACKENDS); do \
-		echo "== integration, backend $$b, as $(TEST_USER)"; \
-		AGENTRUN_TEST_USER=$(TEST_USER) AGENTRUN_INIT=$$b AGENTRUN_BIN=$(ROOTLESS_DIR)/agentrun \
+	@echo "== integration, as $(TEST_USER)"
+	AGENTRUN_TEST_USER=$(TEST_USER) AGENTRUN_BIN=$(ROOTLESS_DIR)/agentrun \
 		AGENTRUN_ATTACKER=$(ROOTLESS_DIR)/attacker \
-		$(GO) test -count=1 -exec $(CURDIR)/.ci/as-user ./integration/ || exit 1; \
-	done
+		$(GO) test -count=1 -exec $(CURDIR)/.ci/as-user ./integration/
 	rm -rf $(ROOTLESS_DIR)
 
 lint:
@@ -130,7 +123,7 @@ bench-quick: build
 # owns the step (table in bench/README.md). Root or user namespaces needed;
 # what this host cannot run is skipped with the reason. Not a test.
 BENCHTIME ?= 500ms
-BENCH_GO_PKGS := . ./nsinit ./nsinit/internal/cinit ./mounts ./seccomp ./cgroups
+BENCH_GO_PKGS := . ./nsinit ./nsinit/internal/cinit ./seccomp ./cgroups
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 $(BENCHGOFLAGS) $(BENCH_GO_PKGS)
 

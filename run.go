@@ -107,9 +107,9 @@ type Result struct {
 	// "cgroup-v1", or "none" when no cgroup could be used and none was
 	// requested.
 	Limits string `json:"limits,omitempty"`
-	// OOMKilled: the kernel's OOM killer killed a process of the sandbox
-	// (the command itself when Signal is 9; ExitCode stays the command's
-	// own status either way).
+	// OOMKilled reports whether the kernel's OOM killer killed a process
+	// of the sandbox (the command itself when Signal is 9; ExitCode stays
+	// the command's own status either way).
 	OOMKilled       bool   `json:"oom_killed"`
 	MemoryPeakBytes uint64 `json:"memory_peak_bytes,omitempty"`
 	CPUUsageUS      uint64 `json:"cpu_usage_us,omitempty"`

@@ -4,7 +4,6 @@ package agentrun
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentrun/agentrun/nsinit"
 	"github.com/agentrun/agentrun/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -79,39 +77,36 @@ func mustRunSpec(t *testing.T, spec *specs.Spec, opt Options) *Result {
 // TestRunSpecKillsDaemons: whatever the command leaves running is gone when
 // RunSpec returns, with a PID namespace (the kernel takes the namespace
 // down with init) and without one (an OCI-style spec: only the cgroup kill
-// reaches a daemonized grandchild), under both inits.
+// reaches a daemonized grandchild).
 func TestRunSpecKillsDaemons(t *testing.T) {
 	cache := &seccomp.Cache{}
-	for _, b := range []string{nsinit.BackendC, nsinit.BackendGo} {
-		for _, pidns := range []bool{true, false} {
-			t.Run(fmt.Sprintf("%s/pidns=%v", b, pidns), func(t *testing.T) {
-				t.Setenv(nsinit.BackendEnv, b)
-				marker := fmt.Sprintf("%d.%06d", 900+time.Now().Nanosecond()%90, time.Now().UnixNano()%1000000)
-				p := &Policy{Workspace: t.TempDir(), Command: []string{"/bin/sh", "-c",
-					"setsid sleep " + marker + " </dev/null >/dev/null 2>&1 & sleep 0.2; exit 0"}}
-				spec := mustCompile(t, p)
-				if !pidns {
-					withoutPIDNamespace(spec)
-				}
-				res := mustRunSpec(t, spec, Options{SeccompCache: cache})
-				if res.ExitCode != 0 {
-					t.Fatalf("the launching shell: exit %d %s", res.ExitCode, res.Error)
-				}
-				if !pidns && res.Limits == "" {
-					// Pre-existing: without a cgroup nothing reaches a
-					// daemon outside a PID namespace.
-					t.Skip("no cgroup for the sandbox here, so nothing can take the tree down without a PID namespace")
-				}
-				if left := procsWith(marker); len(left) > 0 {
-					t.Errorf("the daemonized sleep %s survived the sandbox (pids %v)", marker, left)
-					for _, pid := range left {
-						if p, err := os.FindProcess(atoi(pid)); err == nil {
-							_ = p.Kill()
-						}
+	for _, pidns := range []bool{true, false} {
+		t.Run(fmt.Sprintf("pidns=%v", pidns), func(t *testing.T) {
+			marker := fmt.Sprintf("%d.%06d", 900+time.Now().Nanosecond()%90, time.Now().UnixNano()%1000000)
+			p := &Policy{Workspace: t.TempDir(), Command: []string{"/bin/sh", "-c",
+				"setsid sleep " + marker + " </dev/null >/dev/null 2>&1 & sleep 0.2; exit 0"}}
+			spec := mustCompile(t, p)
+			if !pidns {
+				withoutPIDNamespace(spec)
+			}
+			res := mustRunSpec(t, spec, Options{SeccompCache: cache})
+			if res.ExitCode != 0 {
+				t.Fatalf("the launching shell: exit %d %s", res.ExitCode, res.Error)
+			}
+			if !pidns && res.Limits == "" {
+				// Pre-existing: without a cgroup nothing reaches a
+				// daemon outside a PID namespace.
+				t.Skip("no cgroup for the sandbox here, so nothing can take the tree down without a PID namespace")
+			}
+			if left := procsWith(marker); len(left) > 0 {
+				t.Errorf("the daemonized sleep %s survived the sandbox (pids %v)", marker, left)
+				for _, pid := range left {
+					if p, err := os.FindProcess(atoi(pid)); err == nil {
+						_ = p.Kill()
 					}
 				}
-			})
-		}
+			}
+		})
 	}
 }
 
@@ -124,63 +119,58 @@ func atoi(s string) int {
 // TestStartAfter: the command does not start while Options.StartAfter is
 // open (the CLI hooks its signal forwarding meanwhile), it starts once it
 // is closed, and a context that ends first ends the spawn with nothing
-// run, under both inits.
+// run.
 func TestStartAfter(t *testing.T) {
 	cache := &seccomp.Cache{}
-	for _, b := range []string{nsinit.BackendC, nsinit.BackendGo} {
-		t.Run(b, func(t *testing.T) {
-			t.Setenv(nsinit.BackendEnv, b)
-			ws := t.TempDir()
-			p := &Policy{Workspace: ws, Command: []string{"/bin/sh", "-c", "echo ran > /workspace/ran"}}
-			gate := make(chan struct{})
-			type ran struct {
-				res *Result
-				err error
-			}
-			done := make(chan ran, 1)
-			go func() {
-				res, err := Run(context.Background(), p, Options{SeccompCache: cache, StartAfter: gate})
-				done <- ran{res, err}
-			}()
-			// Not a timing assertion: however long the gate stays shut,
-			// nothing may run (the hang guard below is generous).
-			time.Sleep(300 * time.Millisecond)
-			if _, err := os.Stat(filepath.Join(ws, "ran")); err == nil {
-				t.Fatal("the command ran while StartAfter was open")
-			}
-			select {
-			case r := <-done:
-				t.Fatalf("Run returned while StartAfter was open: %+v %v", r.res, r.err)
-			default:
-			}
-			close(gate)
-			var r ran
-			select {
-			case r = <-done:
-			case <-time.After(30 * time.Second):
-				t.Fatal("hang guard: Run did not return after StartAfter closed")
-			}
-			skipWithoutSandbox(t, r.err)
-			if r.err != nil || r.res.ExitCode != 0 {
-				t.Fatalf("after the gate: %+v %v", r.res, r.err)
-			}
-			if b, err := os.ReadFile(filepath.Join(ws, "ran")); err != nil || string(b) != "ran\n" {
-				t.Fatalf("the command did not run after the gate: %q %v", b, err)
-			}
+	ws := t.TempDir()
+	p := &Policy{Workspace: ws, Command: []string{"/bin/sh", "-c", "echo ran > /workspace/ran"}}
+	gate := make(chan struct{})
+	type ran struct {
+		res *Result
+		err error
+	}
+	done := make(chan ran, 1)
+	go func() {
+		res, err := Run(context.Background(), p, Options{SeccompCache: cache, StartAfter: gate})
+		done <- ran{res, err}
+	}()
+	// Not a timing assertion: however long the gate stays shut,
+	// nothing may run (the hang guard below is generous).
+	time.Sleep(300 * time.Millisecond)
+	if _, err := os.Stat(filepath.Join(ws, "ran")); err == nil {
+		t.Fatal("the command ran while StartAfter was open")
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("Run returned while StartAfter was open: %+v %v", r.res, r.err)
+	default:
+	}
+	close(gate)
+	var r ran
+	select {
+	case r = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("hang guard: Run did not return after StartAfter closed")
+	}
+	skipWithoutSandbox(t, r.err)
+	if r.err != nil || r.res.ExitCode != 0 {
+		t.Fatalf("after the gate: %+v %v", r.res, r.err)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "ran")); err != nil || string(b) != "ran\n" {
+		t.Fatalf("the command did not run after the gate: %q %v", b, err)
+	}
 
-			// A context that ends while the gate is shut: an error, and
-			// nothing ran.
-			ws2 := t.TempDir()
-			p2 := &Policy{Workspace: ws2, Command: []string{"/bin/sh", "-c", "echo ran > /workspace/ran"}}
-			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-			defer cancel()
-			if res, err := Run(ctx, p2, Options{SeccompCache: cache, StartAfter: make(chan struct{})}); err == nil {
-				t.Fatalf("Run with a shut gate and an ended context succeeded: %+v", res)
-			}
-			if _, err := os.Stat(filepath.Join(ws2, "ran")); err == nil {
-				t.Fatal("the command ran although the gate never opened")
-			}
-		})
+	// A context that ends while the gate is shut: an error, and
+	// nothing ran.
+	ws2 := t.TempDir()
+	p2 := &Policy{Workspace: ws2, Command: []string{"/bin/sh", "-c", "echo ran > /workspace/ran"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if res, err := Run(ctx, p2, Options{SeccompCache: cache, StartAfter: make(chan struct{})}); err == nil {
+		t.Fatalf("Run with a shut gate and an ended context succeeded: %+v", res)
+	}
+	if _, err := os.Stat(filepath.Join(ws2, "ran")); err == nil {
+		t.Fatal("the command ran although the gate never opened")
 	}
 }
 
@@ -229,89 +219,71 @@ func ptr[T any](v T) *T { return &v }
 // TestSkipViolations: with Options.SkipViolations the filter denies by
 // itself: the denied call still fails with EPERM and the workspace write
 // beside it lands, nothing is reported, and the status says so; without
-// it the same call is reported. Both inits.
+// it the same call is reported.
 func TestSkipViolations(t *testing.T) {
 	cache := &seccomp.Cache{}
-	for _, b := range []string{nsinit.BackendC, nsinit.BackendGo} {
-		for _, skip := range []bool{true, false} {
-			t.Run(fmt.Sprintf("%s/skip=%v", b, skip), func(t *testing.T) {
-				t.Setenv(nsinit.BackendEnv, b)
-				ws := t.TempDir()
-				p := &Policy{Workspace: ws, Command: []string{"/bin/sh", "-c",
-					"echo ok > /workspace/ok; touch f && chmod 4755 f; echo $? > /workspace/rc"}}
-				var seen []Violation
-				opts := Options{SeccompCache: cache, SkipViolations: skip}
-				if !skip {
-					opts.OnViolation = func(v Violation) { seen = append(seen, v) }
-				}
-				res, err := Run(context.Background(), p, opts)
-				skipWithoutSandbox(t, err)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if b, err := os.ReadFile(filepath.Join(ws, "ok")); err != nil || string(b) != "ok\n" {
-					t.Fatalf("positive control: workspace write %q %v", b, err)
-				}
-				if b, _ := os.ReadFile(filepath.Join(ws, "rc")); string(b) != "1\n" {
-					t.Fatalf("chmod 4755 exited %q, want 1 (denied)", b)
-				}
-				if fi, err := os.Stat(filepath.Join(ws, "f")); err != nil || fi.Mode()&os.ModeSetuid != 0 {
-					t.Fatalf("the setuid bit landed: %v %v", fi.Mode(), err)
-				}
-				want, wantN := "collected", 1
-				if skip {
-					want, wantN = "skipped", 0
-				}
-				if res.ViolationsStatus != want || len(res.Violations) != wantN || len(seen) != wantN {
-					t.Fatalf("status %q, violations %+v, seen %+v; want %q and %d", res.ViolationsStatus, res.Violations, seen, want, wantN)
-				}
-			})
-		}
-	}
-}
-
-// TestRunSpecSysfsShowsSandboxNetwork: a spec that mounts sysfs sees the
-// sandbox's network devices in it (lo alone), never the host's, under
-// both inits. The C init makes the network namespace in a second thread
-// while it builds the root, but not for such a spec: sysfs takes the
-// network namespace of the thread that mounts it, and a user namespace
-// may mount it only from a network namespace of its own. The Go init,
-// which always clones into the new namespace, runs first as the control
-// that this host lets a sandbox mount sysfs at all.
-func TestRunSpecSysfsShowsSandboxNetwork(t *testing.T) {
-	cache := &seccomp.Cache{}
-	mountable := false
-	for _, b := range []string{nsinit.BackendGo, nsinit.BackendC} {
-		t.Run(b, func(t *testing.T) {
-			t.Setenv(nsinit.BackendEnv, b)
+	for _, skip := range []bool{true, false} {
+		t.Run(fmt.Sprintf("skip=%v", skip), func(t *testing.T) {
 			ws := t.TempDir()
-			p := &Policy{Workspace: ws, Command: []string{"/bin/sh", "-c", "ls /sys/class/net > /workspace/net"}}
-			spec := mustCompile(t, p)
-			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs",
-				Options: []string{"nosuid", "noexec", "nodev", "ro"}})
-			res, err := RunSpec(context.Background(), spec, 0, Options{SeccompCache: cache}, time.Now())
-			var se *SetupError
-			switch {
-			case noSandbox(err):
-				t.Skipf("no sandbox here: %v", err)
-			case b == nsinit.BackendGo && errors.As(err, &se) && se.Step == "mount /sys":
-				t.Skipf("this host does not let a sandbox mount sysfs (%v), so neither init can show it", err)
-			case b == nsinit.BackendC && !mountable:
-				t.Skip("the Go init could not mount sysfs here (see its subtest)")
-			case err != nil:
-				t.Fatal(err)
+			p := &Policy{Workspace: ws, Command: []string{"/bin/sh", "-c",
+				"echo ok > /workspace/ok; touch f && chmod 4755 f; echo $? > /workspace/rc"}}
+			var seen []Violation
+			opts := Options{SeccompCache: cache, SkipViolations: skip}
+			if !skip {
+				opts.OnViolation = func(v Violation) { seen = append(seen, v) }
 			}
-			if res.ExitCode != 0 {
-				t.Fatalf("ls /sys/class/net: exit %d %s", res.ExitCode, res.Error)
-			}
-			out, err := os.ReadFile(filepath.Join(ws, "net"))
+			res, err := Run(context.Background(), p, opts)
+			skipWithoutSandbox(t, err)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := strings.Fields(string(out)); len(got) != 1 || got[0] != "lo" {
-				t.Errorf("SANDBOX ESCAPE: sysfs in the sandbox lists the network devices %q, not lo alone", got)
+			if b, err := os.ReadFile(filepath.Join(ws, "ok")); err != nil || string(b) != "ok\n" {
+				t.Fatalf("positive control: workspace write %q %v", b, err)
 			}
-			mountable = true
+			if b, _ := os.ReadFile(filepath.Join(ws, "rc")); string(b) != "1\n" {
+				t.Fatalf("chmod 4755 exited %q, want 1 (denied)", b)
+			}
+			if fi, err := os.Stat(filepath.Join(ws, "f")); err != nil || fi.Mode()&os.ModeSetuid != 0 {
+				t.Fatalf("the setuid bit landed: %v %v", fi.Mode(), err)
+			}
+			want, wantN := "collected", 1
+			if skip {
+				want, wantN = "skipped", 0
+			}
+			if res.ViolationsStatus != want || len(res.Violations) != wantN || len(seen) != wantN {
+				t.Fatalf("status %q, violations %+v, seen %+v; want %q and %d", res.ViolationsStatus, res.Violations, seen, want, wantN)
+			}
 		})
+	}
+}
+
+// TestRunSpecSysfsShowsSandboxNetwork checks that a spec that mounts
+// sysfs sees the sandbox's network devices in it (lo alone), never the
+// host's. The init makes the network namespace in a second thread while
+// it builds the root, but not for such a spec: sysfs takes the network
+// namespace of the thread that mounts it, and a user namespace may mount
+// it only from a network namespace of its own.
+func TestRunSpecSysfsShowsSandboxNetwork(t *testing.T) {
+	ws := t.TempDir()
+	p := &Policy{Workspace: ws, Command: []string{"/bin/sh", "-c", "ls /sys/class/net > /workspace/net"}}
+	spec := mustCompile(t, p)
+	spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs",
+		Options: []string{"nosuid", "noexec", "nodev", "ro"}})
+	res, err := RunSpec(context.Background(), spec, 0, Options{SeccompCache: &seccomp.Cache{}}, time.Now())
+	if noSandbox(err) {
+		t.Skipf("no sandbox here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 0 {
+		t.Fatalf("ls /sys/class/net: exit %d %s", res.ExitCode, res.Error)
+	}
+	out, err := os.ReadFile(filepath.Join(ws, "net"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Fields(string(out)); len(got) != 1 || got[0] != "lo" {
+		t.Errorf("SANDBOX ESCAPE: sysfs in the sandbox lists the network devices %q, not lo alone", got)
 	}
 }

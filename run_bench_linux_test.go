@@ -13,8 +13,8 @@ import (
 	"github.com/agentrun/agentrun/seccomp"
 )
 
-// The test binary doubles as the re-exec'd Go init for runs that use it
-// (AGENTRUN_INIT=go, or a build without cgo).
+// The test binary doubles as the holder that keeps a transient systemd
+// scope populated (nsinit.HoldCommand), as the CLI does.
 func TestMain(m *testing.M) {
 	nsinit.Dispatch()
 	os.Exit(m.Run())

@@ -328,7 +328,8 @@ func templateDirs(euid int, dir string, mode os.FileMode, locks string) error {
 	return os.Chmod(dir, mode)
 }
 
-// writesTo: a read-write bind of spec holds dir, or lies in it.
+// writesTo reports whether a read-write bind of spec holds dir, or lies
+// in it.
 func writesTo(spec *specs.Spec, dir string) bool {
 	for _, m := range spec.Mounts {
 		if m.Type == "bind" && !slices.Contains(m.Options, "ro") && (statedir.Within(dir, m.Source) || statedir.Within(m.Source, dir)) {
@@ -338,7 +339,8 @@ func writesTo(spec *specs.Spec, dir string) bool {
 	return false
 }
 
-// memoryLimited: the spec sets a memory limit, whose OOM kills Stats tells.
+// memoryLimited reports whether the spec sets a memory limit, whose OOM
+// kills Stats tells.
 func memoryLimited(spec *specs.Spec) bool {
 	if spec.Linux == nil || spec.Linux.Resources == nil || spec.Linux.Resources.Memory == nil {
 		return false

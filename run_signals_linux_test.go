@@ -99,28 +99,23 @@ func waitReady(t *testing.T, path string, done <-chan ran) {
 // TestForwardSignals: a signal that reaches this process while a Run with
 // ForwardSignals is running reaches the command (whose trap picks the exit
 // status), and once Run returns the Go runtime's handler is back: a
-// signal.Notify channel gets the next one. Both inits.
+// signal.Notify channel gets the next one.
 func TestForwardSignals(t *testing.T) {
 	cache := &seccomp.Cache{}
-	for _, b := range []string{nsinit.BackendC, nsinit.BackendGo} {
-		t.Run(b, func(t *testing.T) {
-			t.Setenv(nsinit.BackendEnv, b)
-			ws := t.TempDir()
-			p := &Policy{Workspace: ws, Command: []string{"/bin/sh", "-c",
-				"trap 'exit 45' USR1; echo > /workspace/ready; while :; do sleep 0.05; done"}}
-			done := background(context.Background(), p, Options{SeccompCache: cache, ForwardSignals: []os.Signal{syscall.SIGUSR1}})
-			waitReady(t, filepath.Join(ws, "ready"), done)
-			if err := syscall.Kill(os.Getpid(), syscall.SIGUSR1); err != nil {
-				t.Fatal(err)
-			}
-			r := await(t, done)
-			if r.err != nil || r.res.ExitCode != 45 {
-				t.Fatalf("want exit 45 from the trap, got %+v %v", r.res, r.err)
-			}
-
-			expectGoHandler(t, syscall.SIGUSR1)
-		})
+	ws := t.TempDir()
+	p := &Policy{Workspace: ws, Command: []string{"/bin/sh", "-c",
+		"trap 'exit 45' USR1; echo > /workspace/ready; while :; do sleep 0.05; done"}}
+	done := background(context.Background(), p, Options{SeccompCache: cache, ForwardSignals: []os.Signal{syscall.SIGUSR1}})
+	waitReady(t, filepath.Join(ws, "ready"), done)
+	if err := syscall.Kill(os.Getpid(), syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
 	}
+	r := await(t, done)
+	if r.err != nil || r.res.ExitCode != 45 {
+		t.Fatalf("want exit 45 from the trap, got %+v %v", r.res, r.err)
+	}
+
+	expectGoHandler(t, syscall.SIGUSR1)
 }
 
 // TestForwardSignalsHeld: a signal that arrives while the sandbox is
@@ -129,12 +124,7 @@ func TestForwardSignals(t *testing.T) {
 // (SIGUSR1's default). Duplicates in the list are merged, and the list is
 // put back afterwards.
 func TestForwardSignalsHeld(t *testing.T) {
-	for _, b := range []string{nsinit.BackendC, nsinit.BackendGo} {
-		t.Run(b, func(t *testing.T) {
-			t.Setenv(nsinit.BackendEnv, b)
-			testForwardSignalsHeld(t)
-		})
-	}
+	testForwardSignalsHeld(t)
 }
 
 func testForwardSignalsHeld(t *testing.T) {

@@ -429,10 +429,6 @@ func startSpawn(t *testing.T, cfg spawnCfg, command ...string) *running {
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append([]string{"PATH=" + sandboxPath, "LANG=C"}, cfg.env...)
-	if b := os.Getenv("AGENTRUN_INIT"); b != "" {
-		// Selects the init backend under test (go or c); not a sandbox input.
-		cmd.Env = append(cmd.Env, "AGENTRUN_INIT="+b)
-	}
 	cmd.Stdin = cfg.stdin
 	cmd.ExtraFiles = cfg.extraFiles
 	cmd.Dir = cfg.dir

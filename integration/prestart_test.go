@@ -97,9 +97,6 @@ func imagePath(uid, gid int, stateRoot, dir string, flags, env []string) string 
 // this spawn's (another environment, a corrupted or foreign file) must be
 // thrown away, never run.
 func TestPrestart(t *testing.T) {
-	if b := os.Getenv("AGENTRUN_INIT"); b != "" && b != "c" {
-		t.Skipf("prestart starts the C init; this run selects the %s init (AGENTRUN_INIT), for which the constructor stands aside", b)
-	}
 	t.Run("as the caller", func(t *testing.T) {
 		t.Parallel()
 		cfg := spawnCfg{env: []string{"TERM=dumb"}}
@@ -128,13 +125,9 @@ func TestPrestart(t *testing.T) {
 }
 
 // prestartCaller is the configuration of a caller that can prestart:
-// root, or a user with a private runtime directory. It skips when the run
-// selects the Go init, for which the constructor stands aside.
+// root, or a user with a private runtime directory.
 func prestartCaller(t *testing.T) spawnCfg {
 	t.Helper()
-	if b := os.Getenv("AGENTRUN_INIT"); b != "" && b != "c" {
-		t.Skipf("prestart starts the C init; this run selects the %s init (AGENTRUN_INIT)", b)
-	}
 	t.Parallel()
 	cfg := spawnCfg{}
 	if !isRoot() {
@@ -940,9 +933,6 @@ func TestStateNotWritableFromSandbox(t *testing.T) {
 				`mount --bind "$1" "$2" && exec "$3" spawn --workspace "$4" --rw "$2:$5" -- /bin/sh -c "mkdir -p $6 && echo planted > $6/planted-by-sandbox"`,
 				"sh", src, alias, agentrunBin, cfg.ws, dest, dir)
 			cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C"}
-			if b := os.Getenv("AGENTRUN_INIT"); b != "" {
-				cmd.Env = append(cmd.Env, "AGENTRUN_INIT="+b)
-			}
 			out, err := cmd.CombinedOutput()
 			code := 0
 			if ee, ok := err.(*exec.ExitError); ok {

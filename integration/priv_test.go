@@ -134,12 +134,13 @@ func TestMountOperationsFail(t *testing.T) {
 	}
 }
 
-// TestNestedUserNamespaceConfersNothing: without the seccomp profile
-// (issue 3) the sandbox can create a nested user namespace. Being root
-// there must give nothing over the sandbox's own mounts: every operation
-// on existing mounts still fails with EPERM after "unshare -U -r", and
-// after "unshare -U -r -m" the inherited mounts are locked (umount EINVAL,
-// clearing read-only EPERM) and no fresh proc or sysfs can be mounted.
+// TestNestedUserNamespaceConfersNothing checks that a nested user
+// namespace, should the sandbox make one (the default seccomp profile
+// refuses it), gives nothing over the sandbox's own mounts: every
+// operation on existing mounts still fails with EPERM after
+// "unshare -U -r", and after "unshare -U -r -m" the inherited mounts are
+// locked (umount EINVAL, clearing read-only EPERM) and no fresh proc or
+// sysfs can be mounted.
 func TestNestedUserNamespaceConfersNothing(t *testing.T) {
 	t.Parallel()
 	ws := newWorkspace(t)
@@ -193,8 +194,9 @@ func TestNestedUserNamespaceConfersNothing(t *testing.T) {
 	})
 }
 
-// TestNestedUserNamespaceBlocked: the threat model forbids nested user
-// namespaces outright; that needs the seccomp profile of issue 3.
+// TestNestedUserNamespaceBlocked checks that the sandbox cannot create a
+// nested user namespace at all, as the threat model demands; only the
+// seccomp profile can forbid that.
 func TestNestedUserNamespaceBlocked(t *testing.T) {
 	t.Parallel()
 	ws := newWorkspace(t)
@@ -207,8 +209,8 @@ func TestNestedUserNamespaceBlocked(t *testing.T) {
 
 // TestPrivilegedSyscalls attacks kernel interfaces an unprivileged
 // sandbox must not reach. Where the host's own sysctls allow a call to
-// every unprivileged user, only the seccomp profile of issue 3 can block
-// it; such a call that still succeeds is skipped with that reason. A call
+// every unprivileged user, only the seccomp profile can block it; such a
+// call that still succeeds is skipped with that reason. A call
 // the host does not allow unprivileged users must fail regardless.
 func TestPrivilegedSyscalls(t *testing.T) {
 	t.Parallel()
@@ -271,8 +273,8 @@ func TestPrivilegedSyscalls(t *testing.T) {
 	}
 }
 
-// TestKeyctlBlocked: the threat model forbids keyctl; blocking it outright
-// needs the seccomp profile of issue 3.
+// TestKeyctlBlocked checks that keyctl is blocked outright, as the threat
+// model demands; only the seccomp profile can do that.
 func TestKeyctlBlocked(t *testing.T) {
 	t.Parallel()
 	ws := newWorkspace(t)

@@ -112,9 +112,9 @@ func TestLimitsHoldWithoutResult(t *testing.T) {
 	}
 }
 
-// TestDefaultPidsNextToOtherLimits: --cpus or --memory without --pids must
-// keep the default pids limit (it used to apply only when no limit at all
-// was set), with and without --result.
+// TestDefaultPidsNextToOtherLimits checks that --cpus or --memory without
+// --pids keeps the default pids limit, which must not depend on whether
+// other limits are set, with and without --result.
 func TestDefaultPidsNextToOtherLimits(t *testing.T) {
 	needV1Root(t)
 	res := filepath.Join(tempDir(t), "result.json")

@@ -12,14 +12,14 @@ const TypeSymlink = "agentrun-symlink"
 // source to the destination in the tmpfs root (see agentrun.MountTypeCopy).
 const TypeCopy = "agentrun-copy"
 
-// Attrs returns the MOUNT_ATTR_* bits that the OCI options ask for; Setup
-// applies exactly these to binds and new filesystem instances.
+// Attrs returns the MOUNT_ATTR_* bits that the OCI options ask for; the
+// init applies exactly these to binds and new filesystem instances.
 func Attrs(opts []string) uint64 { return attrsFor(opts) }
 
 // Recursive reports whether a bind covers the whole subtree (rbind).
 func Recursive(opts []string) bool { return hasOpt(opts, "rbind") }
 
-// IsFilesystem reports whether Setup mounts typ as a new filesystem
+// IsFilesystem reports whether the init mounts typ as a new filesystem
 // instance (fsopen/fsmount) rather than a bind or a symlink.
 func IsFilesystem(typ string) bool {
 	switch typ {

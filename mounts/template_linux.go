@@ -81,8 +81,8 @@ const templateKeep = 10 * time.Minute
 // builds its root the ordinary way.
 type NotTemplatableError struct {
 	Reason string
-	// Passing: the same spec may get one moments later (a copy source
-	// changed just now).
+	// Passing reports whether the same spec may get one moments later (a
+	// copy source changed just now).
 	Passing bool
 }
 
@@ -327,7 +327,7 @@ func AcquireTemplate(templates, locks string, s *Skeleton) (*Template, error) {
 	return t, nil
 }
 
-// ErrTemplateBusy: a sweep holds the template (it is being removed).
+// ErrTemplateBusy means a sweep holds the template (it is being removed).
 var ErrTemplateBusy = errors.New("mounts: root template is being removed")
 
 // OpenTemplateLock opens a template's lock file and takes its shared lock,
@@ -490,8 +490,9 @@ func (s *Skeleton) fill(root string) error {
 }
 
 // copyTo copies e's source, which must still be the file the skeleton
-// fingerprinted, from before the read to after it, with the init's
-// checks (openCopySource) and modes (copyIn).
+// fingerprinted, from before the read to after it, with the checks
+// (openCopySource) and modes of the init's own copies (cinit.c's
+// open_copy_source and copy_in).
 func copyTo(rfd int, rel string, e *entry) error {
 	src, err := openCopySource(e.target)
 	if err != nil {

@@ -14,7 +14,6 @@ import (
 // TestCInitTasksPlacement: with v1 "tasks" files the C init joins the
 // cgroup itself before anything else, and the command runs there.
 func TestCInitTasksPlacement(t *testing.T) {
-	t.Setenv(BackendEnv, "")
 	skipWithoutUserns(t)
 	dir := cgroupTestDir(t, "cgroup", "pids")
 	tasks, err := os.OpenFile(filepath.Join(dir, "tasks"), os.O_WRONLY, 0)
@@ -25,7 +24,7 @@ func TestCInitTasksPlacement(t *testing.T) {
 	var stdout bytes.Buffer
 	// No Add: the init must place itself.
 	spec := testSpec(t, "/bin/sh", "-c", "cat /proc/self/cgroup")
-	p, err := Start(&Config{Spec: spec, Stdout: &stdout, Backend: BackendC, Cgroup: &CgroupPlacement{FD: -1, Tasks: []*os.File{tasks}}})
+	p, err := Start(&Config{Spec: spec, Stdout: &stdout, Cgroup: &CgroupPlacement{FD: -1, Tasks: []*os.File{tasks}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +42,6 @@ func TestCInitTasksPlacement(t *testing.T) {
 // (the write to a tasks file fails), the spawn fails and nothing of the
 // command runs outside the cgroup.
 func TestCInitTasksWriteFailureAborts(t *testing.T) {
-	t.Setenv(BackendEnv, "")
 	skipWithoutUserns(t)
 	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0) // every write: ENOSPC
 	if err != nil {
@@ -59,7 +57,7 @@ func TestCInitTasksWriteFailureAborts(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var stdout bytes.Buffer
 			spec := testSpec(t, "/bin/sh", "-c", "echo RAN")
-			p, err := Start(&Config{Spec: spec, Stdout: &stdout, Backend: BackendC, Cgroup: &CgroupPlacement{FD: -1, Tasks: []*os.File{f}}})
+			p, err := Start(&Config{Spec: spec, Stdout: &stdout, Cgroup: &CgroupPlacement{FD: -1, Tasks: []*os.File{f}}})
 			if err == nil {
 				exit, _ := p.Wait()
 				t.Fatalf("the spawn went ahead although the cgroup could not be joined: exit %+v, stdout %q", exit, stdout.String())
@@ -72,29 +70,5 @@ func TestCInitTasksWriteFailureAborts(t *testing.T) {
 				t.Errorf("the command ran: %q", stdout.String())
 			}
 		})
-	}
-}
-
-// TestGoInitTasksOnlyPlacementRefused: the Go init cannot use Tasks (it is
-// multithreaded from its start). A placement it cannot carry out must fail
-// the spawn, not start the sandbox outside its cgroup.
-func TestGoInitTasksOnlyPlacementRefused(t *testing.T) {
-	t.Setenv(BackendEnv, "")
-	skipWithoutUserns(t)
-	null, err := os.OpenFile("/dev/null", os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer null.Close()
-	var stdout bytes.Buffer
-	cg := &CgroupPlacement{FD: -1, Tasks: []*os.File{null}}
-	p, err := Start(&Config{Spec: testSpec(t, "/bin/sh", "-c", "echo RAN"), Stdout: &stdout, Backend: BackendGo, Cgroup: cg})
-	if err == nil {
-		exit, _ := p.Wait()
-		t.Fatalf("the Go init ran outside the requested cgroup: exit %+v, stdout %q", exit, stdout.String())
-	}
-	var se *StepError
-	if !errors.As(err, &se) || se.Step != "cgroup placement" {
-		t.Errorf("want a cgroup placement step error, got %v", err)
 	}
 }

@@ -109,8 +109,8 @@ func cloneOnce(flags uint64, spec *specs.Spec, null int) error {
 		return fmt.Errorf("id maps: %w", mapErr)
 	case err != nil:
 		return fmt.Errorf("wait: %w", err)
-	case !ws.Exited() || ws.ExitStatus() != ExitSetupFailed:
-		return fmt.Errorf("child ended with %#x, want exit %d (no go-ahead)", ws, ExitSetupFailed)
+	case !ws.Exited() || ws.ExitStatus() != cinit.ExitSetupFailed:
+		return fmt.Errorf("child ended with %#x, want exit %d (no go-ahead)", ws, cinit.ExitSetupFailed)
 	}
 	return nil
 }

@@ -39,28 +39,23 @@ func copySource(t *testing.T, spec *specs.Spec, content string, mode os.FileMode
 	return src
 }
 
-// TestCopyEntries: both inits copy a world-readable file into the tmpfs
-// root, and refuse one that not everyone may read, since the copy belongs
-// to the sandbox user.
+// TestCopyEntries checks that the init copies a world-readable file into
+// the tmpfs root, and refuses one that not everyone may read, since the
+// copy belongs to the sandbox user.
 func TestCopyEntries(t *testing.T) {
-	t.Setenv(BackendEnv, "")
 	skipWithoutUserns(t)
-	for _, b := range backends {
-		t.Run(b, func(t *testing.T) {
-			spec := testSpec(t, "/bin/sh", "-c", "cat /etc/copied; ls -ln /etc/copied")
-			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/etc/copied", Type: mounts.TypeCopy, Source: copySource(t, spec, "copied-content\n", 0o644)})
-			r := runSpec(t, b, spec)
-			if err := wantExit(0, 0)(r); err != nil || !strings.HasPrefix(r.stdout, "copied-content\n-rw-r--r-- ") {
-				t.Errorf("a world-readable copy: %v, stdout %q stderr %q", err, r.stdout, r.stderr)
-			}
+	spec := testSpec(t, "/bin/sh", "-c", "cat /etc/copied; ls -ln /etc/copied")
+	spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/etc/copied", Type: mounts.TypeCopy, Source: copySource(t, spec, "copied-content\n", 0o644)})
+	r := runSpec(t, spec)
+	if err := wantExit(0, 0)(r); err != nil || !strings.HasPrefix(r.stdout, "copied-content\n-rw-r--r-- ") {
+		t.Errorf("a world-readable copy: %v, stdout %q stderr %q", err, r.stdout, r.stderr)
+	}
 
-			spec = testSpec(t, "/bin/true")
-			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/etc/copied", Type: mounts.TypeCopy, Source: copySource(t, spec, "secret\n", 0o640)})
-			r = runSpec(t, b, spec)
-			var se *StepError
-			if !errors.As(r.err, &se) || se.Step != "mount /etc/copied" || !strings.Contains(se.Msg, "not readable by all") {
-				t.Errorf("a copy source only its owner and group may read: want a step error for mount /etc/copied, got %v (exit %+v)", r.err, r.exit)
-			}
-		})
+	spec = testSpec(t, "/bin/true")
+	spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/etc/copied", Type: mounts.TypeCopy, Source: copySource(t, spec, "secret\n", 0o640)})
+	r = runSpec(t, spec)
+	var se *StepError
+	if !errors.As(r.err, &se) || se.Step != "mount /etc/copied" || !strings.Contains(se.Msg, "not readable by all") {
+		t.Errorf("a copy source only its owner and group may read: want a step error for mount /etc/copied, got %v (exit %+v)", r.err, r.exit)
 	}
 }

@@ -22,11 +22,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// haveCInit: cgo builds carry the C init.
-const haveCInit = true
-
-// startC is Start with the C init: the same Spec, the same isolation and
-// the same reports, without re-executing the binary.
+// startC starts the Spec's sandbox with the C init, cloned from this
+// process: no re-exec of the binary and no second Go runtime.
 //
 // The work is pipelined: the filter compiles on another goroutine from the
 // start, and the child builds its root while the parent places it in its
@@ -78,7 +75,7 @@ func startC(cfg *Config) (_ *Process, err error) {
 			holders.Wait()
 		}
 	}()
-	prep, err := prepareMountsWith(spec, func(uids, gids []specs.LinuxIDMapping) (int, error) {
+	prep, err := prepareMounts(spec, func(uids, gids []specs.LinuxIDMapping) (int, error) {
 		return usernsVia(holder, uids, gids, holders)
 	})
 	if err != nil {
@@ -309,7 +306,7 @@ func buildPlan(spec *specs.Spec, prep *preparedMounts, stdio [3]int, sock int) (
 		Env:          proc.Env,
 		NoNewPrivs:   proc.NoNewPrivileges,
 		// Unshared by the child once it sits in its cgroup (nsFlag leaves
-		// it out of the clone flags), as the Go init does.
+		// it out of the clone flags), so the namespace is rooted there.
 		UnshareCgroupNS: HasNamespace(spec, specs.CgroupNamespace),
 	}
 	for _, f := range prep.files {

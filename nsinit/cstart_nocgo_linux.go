@@ -2,12 +2,20 @@
 
 package nsinit
 
-// haveCInit: this build has no cgo, so only the Go init exists.
-const haveCInit = false
+import (
+	"errors"
+	"syscall"
+)
 
-func startC(*Config) (*Process, error) {
-	return nil, &StepError{Step: "init backend", Msg: "the C init needs a cgo build"}
-}
+// errNeedCgo is what a Linux build without cgo says on every sandbox it
+// is asked for: the init is C, and cgo is how it is linked in.
+var errNeedCgo = &StepError{Step: "init", Msg: "this agentrun was built without cgo; the sandbox init is C (rebuild with CGO_ENABLED=1 and a C compiler)"}
+
+func startC(*Config) (*Process, error) { return nil, errNeedCgo }
 
 // DiscardPrestart does nothing: prestart needs the C init.
 func DiscardPrestart() {}
+
+// installForwarding refuses: without the C init there is no sandbox to
+// forward to.
+func installForwarding([]syscall.Signal) (forwarding, error) { return nil, errors.New(errNeedCgo.Msg) }

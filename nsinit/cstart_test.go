@@ -17,15 +17,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The test binary doubles as the re-exec'd Go init, so both backends run
-// the same specs here.
-func TestMain(m *testing.M) {
-	Dispatch()
-	os.Exit(m.Run())
-}
-
-var backends = [...]string{BackendC, BackendGo}
-
 // testSpec is a small sandbox: all namespaces, /usr and the merged-/usr
 // symlinks, proc, a tmpfs /tmp, running argv as an unprivileged uid.
 func testSpec(t testing.TB, argv ...string) *specs.Spec {
@@ -74,10 +65,10 @@ type result struct {
 	err            error
 }
 
-func runSpec(t testing.TB, backend string, spec *specs.Spec) result {
+func runSpec(t testing.TB, spec *specs.Spec) result {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	p, err := Start(&Config{Spec: spec, Stdout: &stdout, Stderr: &stderr, Backend: backend})
+	p, err := Start(&Config{Spec: spec, Stdout: &stdout, Stderr: &stderr})
 	if err != nil {
 		return result{err: err}
 	}
@@ -89,17 +80,16 @@ func runSpec(t testing.TB, backend string, spec *specs.Spec) result {
 // namespaces at all.
 func skipWithoutUserns(t testing.TB) {
 	t.Helper()
-	r := runSpec(t, BackendC, testSpec(t, "/bin/true"))
+	r := runSpec(t, testSpec(t, "/bin/true"))
 	var se *StepError
 	if errors.As(r.err, &se) && (se.Step == "user namespace" || se.Step == "clone") {
 		t.Skipf("no sandbox here: %v", r.err)
 	}
 }
 
-// TestBackendsAgree runs the same specs under both inits and expects the
-// same observable outcome.
-func TestBackendsAgree(t *testing.T) {
-	t.Setenv(BackendEnv, "")
+// TestInitOutcomes runs small specs and checks what the command sees and
+// how it ends.
+func TestInitOutcomes(t *testing.T) {
 	skipWithoutUserns(t)
 	cases := []struct {
 		name string
@@ -145,7 +135,7 @@ func TestBackendsAgree(t *testing.T) {
 				if err := wantExit(0, 0)(r); err != nil {
 					return err
 				}
-				if !strings.HasPrefix(r.stdout, "agentrun-init") && !strings.HasPrefix(r.stdout, InitArg0) {
+				if !strings.HasPrefix(r.stdout, "agentrun-init") {
 					return fmt.Errorf("/proc/1/cmdline is %q", r.stdout)
 				}
 				return nil
@@ -153,11 +143,9 @@ func TestBackendsAgree(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			for _, b := range backends {
-				r := runSpec(t, b, testSpec(t, tc.argv...))
-				if err := tc.check(r); err != nil {
-					t.Errorf("backend %s: %v (err %v, stderr %q)", b, err, r.err, r.stderr)
-				}
+			r := runSpec(t, testSpec(t, tc.argv...))
+			if err := tc.check(r); err != nil {
+				t.Errorf("%v (err %v, stderr %q)", err, r.err, r.stderr)
 			}
 		})
 	}
@@ -175,45 +163,39 @@ func wantExit(code, sig int) func(result) error {
 	}
 }
 
-// TestCInitSetupError: a failing mount comes back as a step error naming
-// the mount, from both inits.
+// TestCInitSetupError checks that a failing mount comes back as a step
+// error naming the mount.
 func TestCInitSetupError(t *testing.T) {
-	t.Setenv(BackendEnv, "")
 	skipWithoutUserns(t)
-	for _, b := range backends {
-		spec := testSpec(t, "/bin/true")
-		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/data", Type: "bind", Source: "/nonexistent/agentrun-test", Options: []string{"rbind", "ro"}})
-		r := runSpec(t, b, spec)
-		var se *StepError
-		if !errors.As(r.err, &se) || se.Step != "mount /data" || !strings.Contains(se.Msg, "no such file or directory") {
-			t.Errorf("backend %s: error %v, want a step error for mount /data", b, r.err)
-		}
+	spec := testSpec(t, "/bin/true")
+	spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/data", Type: "bind", Source: "/nonexistent/agentrun-test", Options: []string{"rbind", "ro"}})
+	r := runSpec(t, spec)
+	var se *StepError
+	if !errors.As(r.err, &se) || se.Step != "mount /data" || !strings.Contains(se.Msg, "no such file or directory") {
+		t.Errorf("error %v, want a step error for mount /data", r.err)
 	}
 }
 
-// TestCInitSignalForwarding: a signal to the sandbox reaches the command
-// through PID 1.
+// TestCInitSignalForwarding checks that a signal to the sandbox reaches
+// the command through PID 1.
 func TestCInitSignalForwarding(t *testing.T) {
-	t.Setenv(BackendEnv, "")
 	skipWithoutUserns(t)
-	for _, b := range backends {
-		var stdout lockedBuffer
-		spec := testSpec(t, "/bin/sh", "-c", "trap 'echo got-usr1; exit 5' USR1; echo ready; while :; do sleep 0.05; done")
-		p, err := Start(&Config{Spec: spec, Stdout: &stdout, Backend: b})
-		if err != nil {
-			t.Fatalf("backend %s: %v", b, err)
-		}
-		deadline := time.Now().Add(5 * time.Second)
-		for !strings.Contains(stdout.String(), "ready") && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if err := p.Signal(syscall.SIGUSR1); err != nil {
-			t.Fatalf("backend %s: signal: %v", b, err)
-		}
-		exit, err := p.Wait()
-		if err != nil || exit.Code != 5 || !strings.Contains(stdout.String(), "got-usr1") {
-			t.Errorf("backend %s: exit %+v err %v stdout %q, want the trap to run and exit 5", b, exit, err, stdout.String())
-		}
+	var stdout lockedBuffer
+	spec := testSpec(t, "/bin/sh", "-c", "trap 'echo got-usr1; exit 5' USR1; echo ready; while :; do sleep 0.05; done")
+	p, err := Start(&Config{Spec: spec, Stdout: &stdout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(stdout.String(), "ready") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := p.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatalf("signal: %v", err)
+	}
+	exit, err := p.Wait()
+	if err != nil || exit.Code != 5 || !strings.Contains(stdout.String(), "got-usr1") {
+		t.Errorf("exit %+v err %v stdout %q, want the trap to run and exit 5", exit, err, stdout.String())
 	}
 }
 
@@ -236,48 +218,30 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// TestCInitUnknownBackend: a typo in the backend is an error, not a
-// silent fallback.
-func TestCInitUnknownBackend(t *testing.T) {
-	t.Setenv(BackendEnv, "rust")
-	if _, err := Start(&Config{Spec: testSpec(t, "/bin/true")}); err == nil || !strings.Contains(err.Error(), "unknown init backend") {
-		t.Fatalf("err %v, want unknown init backend", err)
-	}
-}
-
 // BenchmarkStart measures a whole sandbox (clone, maps, root assembly,
-// exec of /bin/true, teardown) per backend.
+// exec of /bin/true, teardown).
 func BenchmarkStart(b *testing.B) {
-	b.Setenv(BackendEnv, "")
 	skipWithoutUserns(b)
-	for _, be := range backends {
-		b.Run(be, func(b *testing.B) {
-			for i := 0; i < b.N; i++ {
-				if r := runSpec(b, be, testSpec(b, "/bin/true")); r.err != nil || r.exit.Code != 0 {
-					b.Fatalf("%+v", r)
-				}
-			}
-		})
+	for i := 0; i < b.N; i++ {
+		if r := runSpec(b, testSpec(b, "/bin/true")); r.err != nil || r.exit.Code != 0 {
+			b.Fatalf("%+v", r)
+		}
 	}
 }
 
 // BenchmarkIdmapUserns measures obtaining a user namespace fd for an
-// idmapped mount (root only): the C holder and the re-exec'd one.
+// idmapped mount (root only) from the C holder.
 func BenchmarkIdmapUserns(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("idmapped mounts are prepared by host root only")
 	}
 	maps := []specs.LinuxIDMapping{{ContainerID: 0, HostID: 2147418112, Size: 1}}
-	for name, fn := range map[string]func(uids, gids []specs.LinuxIDMapping) (int, error){"c": cUserns, "exec": idmapUserns} {
-		b.Run(name, func(b *testing.B) {
-			for i := 0; i < b.N; i++ {
-				fd, err := fn(maps, maps)
-				if err != nil {
-					b.Fatal(err)
-				}
-				unix.Close(fd)
-			}
-		})
+	for i := 0; i < b.N; i++ {
+		fd, err := cUserns(maps, maps)
+		if err != nil {
+			b.Fatal(err)
+		}
+		unix.Close(fd)
 	}
 }
 
@@ -325,7 +289,6 @@ func indexOf(ss []string, s string) int {
 // TestCInitCloneIntoCgroup: with a cgroup v2 fd the C init is cloned
 // straight into the cgroup, and the cgroup namespace is rooted there.
 func TestCInitCloneIntoCgroup(t *testing.T) {
-	t.Setenv(BackendEnv, "")
 	skipWithoutUserns(t)
 	dir := cgroup2Dir(t)
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -341,7 +304,7 @@ func TestCInitCloneIntoCgroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pw.Close()
-	p, err := Start(&Config{Spec: spec, Stdin: pr, Stdout: &stdout, Backend: BackendC, Cgroup: &CgroupPlacement{FD: fd}})
+	p, err := Start(&Config{Spec: spec, Stdin: pr, Stdout: &stdout, Cgroup: &CgroupPlacement{FD: fd}})
 	pr.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -367,43 +330,36 @@ func TestCInitCloneIntoCgroup(t *testing.T) {
 // stdio, sync sockets and exit statuses apart (each C init is cloned with a
 // copy of every fd the process holds at that moment, others' included).
 func TestConcurrentStarts(t *testing.T) {
-	t.Setenv(BackendEnv, "")
 	skipWithoutUserns(t)
-	for _, b := range backends {
-		errs := make(chan error, 16)
-		for i := 0; i < cap(errs); i++ {
-			go func(i int) {
-				r := runSpec(t, b, testSpec(t, "/bin/sh", "-c", fmt.Sprintf("echo out-%d; exit %d", i, i)))
-				switch {
-				case r.err != nil:
-					errs <- r.err
-				case r.exit.Code != i || r.stdout != fmt.Sprintf("out-%d\n", i):
-					errs <- fmt.Errorf("spawn %d: exit %+v stdout %q", i, r.exit, r.stdout)
-				default:
-					errs <- nil
-				}
-			}(i)
-		}
-		for i := 0; i < cap(errs); i++ {
-			if err := <-errs; err != nil {
-				t.Errorf("backend %s: %v", b, err)
+	errs := make(chan error, 16)
+	for i := 0; i < cap(errs); i++ {
+		go func(i int) {
+			r := runSpec(t, testSpec(t, "/bin/sh", "-c", fmt.Sprintf("echo out-%d; exit %d", i, i)))
+			switch {
+			case r.err != nil:
+				errs <- r.err
+			case r.exit.Code != i || r.stdout != fmt.Sprintf("out-%d\n", i):
+				errs <- fmt.Errorf("spawn %d: exit %+v stdout %q", i, r.exit, r.stdout)
+			default:
+				errs <- nil
 			}
+		}(i)
+	}
+	for i := 0; i < cap(errs); i++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
 		}
 	}
 }
 
-// TestNamespacePathRefused: neither backend joins existing namespaces, and
-// neither may quietly create a fresh one instead.
+// TestNamespacePathRefused checks that the init, which does not join
+// existing namespaces, does not quietly create a fresh one instead.
 func TestNamespacePathRefused(t *testing.T) {
-	for _, b := range backends {
-		t.Run(b, func(t *testing.T) {
-			spec := testSpec(t, "/bin/true")
-			spec.Linux.Namespaces = append(spec.Linux.Namespaces, specs.LinuxNamespace{Type: specs.IPCNamespace, Path: "/proc/1/ns/ipc"})
-			_, err := Start(&Config{Spec: spec, Backend: b})
-			var se *StepError
-			if !errors.As(err, &se) || se.Step != "namespaces" {
-				t.Fatalf("want a namespaces step error, got %v", err)
-			}
-		})
+	spec := testSpec(t, "/bin/true")
+	spec.Linux.Namespaces = append(spec.Linux.Namespaces, specs.LinuxNamespace{Type: specs.IPCNamespace, Path: "/proc/1/ns/ipc"})
+	_, err := Start(&Config{Spec: spec})
+	var se *StepError
+	if !errors.As(err, &se) || se.Step != "namespaces" {
+		t.Fatalf("want a namespaces step error, got %v", err)
 	}
 }

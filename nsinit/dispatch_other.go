@@ -2,7 +2,7 @@
 
 package nsinit
 
-// Dispatch does nothing where there is no Linux init to re-exec.
+// Dispatch does nothing: only Linux re-executes the binary as a holder.
 func Dispatch() {}
 
 // DiscardPrestart does nothing: only Linux prestarts.

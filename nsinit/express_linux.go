@@ -23,7 +23,7 @@ type Express struct {
 	// CgroupParent (CgroupDir's base name) is kept for the record's format.
 	StateDir, CgroupParent, CgroupDir string
 	PidsMax                           int64
-	// NoCgroup: the sandbox runs without a cgroup, as Go ran it, for the
+	// NoCgroup says the sandbox runs without a cgroup, as Go ran it, for the
 	// reason the fingerprints hold; StateDir alone is set, for the
 	// records a sweep would remove first.
 	NoCgroup bool

@@ -10,11 +10,12 @@ import (
 	"syscall"
 )
 
-// ErrForwarding: another Forwarder of this program is installed.
+// ErrForwarding is returned when another Forwarder of this program is
+// installed.
 var ErrForwarding = errors.New("nsinit: this process already forwards its signals to a sandbox")
 
-// forwardable are the signals a Forwarder may take over: those both inits
-// pass on to the command (init_linux.go, cinit.c). The runtime's own
+// forwardable are the signals a Forwarder may take over: those the init
+// passes on to the command (cinit.c). The runtime's own
 // (SIGURG, SIGPROF, SIGCHLD, SIGPIPE, the faults) and job control stay.
 var forwardable = [...]syscall.Signal{
 	syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1,
@@ -23,13 +24,12 @@ var forwardable = [...]syscall.Signal{
 
 // A Forwarder takes over signals that reach this process and sends them
 // on to one sandbox's init (Config.Forwarder). Signals that arrive before
-// the command has started are held and sent then, once each (as the
-// kernel merges pending signals; in cgo builds in signal number order,
-// otherwise in order of arrival); they are dropped
-// if the command never starts. Those that arrive after the init has
-// exited are swallowed. Stop hands the signals back.
+// the command has started are held and sent then, once each and in
+// signal number order (as the kernel merges pending signals); they are
+// dropped if the command never starts. Those that arrive after the init
+// has exited are swallowed. Stop hands the signals back.
 //
-// In cgo builds it replaces the Go runtime's handlers with C ones: no
+// It replaces the Go runtime's handlers with C ones: no
 // os/signal thread and no hand-off to it per signal hooked. They are
 // process-wide, so one Forwarder is installed at a time. While it is,
 // os/signal channels of the same signals get nothing, and a

@@ -139,7 +139,6 @@ func TestHoldersReapedByStartAndWait(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: only host root idmaps a bind of the host's filesystem")
 	}
-	t.Setenv(BackendEnv, "")
 	skipWithoutUserns(t)
 	var started, released atomic.Int64
 	holder := countedHolder(&started, &released, 50*time.Millisecond)
@@ -155,7 +154,7 @@ func TestHoldersReapedByStartAndWait(t *testing.T) {
 		}
 		spec.Mounts = append(spec.Mounts, m)
 	}
-	_, err := Start(&Config{Spec: spec, Backend: BackendC, usernsHolder: holder,
+	_, err := Start(&Config{Spec: spec, usernsHolder: holder,
 		CgroupReady: func() (*CgroupPlacement, error) { return nil, refused }})
 	if !errors.Is(err, refused) {
 		t.Fatalf("Start: %v, want the test's placement error", err)
@@ -163,7 +162,7 @@ func TestHoldersReapedByStartAndWait(t *testing.T) {
 	if kids := childrenOf(os.Getpid()); len(kids) > 0 || started.Load() != 2 || released.Load() != 2 {
 		t.Fatalf("Start failed with children %v left; %d holders started, %d released, want 2 and 2", kids, started.Load(), released.Load())
 	}
-	p, err := Start(&Config{Spec: spec, Backend: BackendC, usernsHolder: holder})
+	p, err := Start(&Config{Spec: spec, usernsHolder: holder})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,33 +5,11 @@ package nsinit
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"syscall"
 
 	"github.com/agentrun/agentrun/mounts"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
-
-// holdArg0 is argv[0] of a process that only exists to own a user
-// namespace whose fd the parent needs; it blocks until killed.
-const holdArg0 = "agentrun-userns-hold"
-
-// Dispatch runs the re-exec'd roles of the binary (sandbox init, userns
-// holder) and does not return for them. Call it first thing in main.
-func Dispatch() {
-	if len(os.Args) == 0 {
-		return
-	}
-	switch os.Args[0] {
-	case InitArg0:
-		Init()
-	case holdArg0:
-		var b [1]byte
-		_, _ = os.Stdin.Read(b[:])
-		os.Exit(0)
-	}
-}
 
 // preparedMounts are detached mounts made by the parent for the child.
 type preparedMounts struct {
@@ -45,16 +23,12 @@ func (p *preparedMounts) close() {
 	}
 }
 
-// prepareMounts creates the idmapped binds of the Spec. Only host root may
-// idmap a mount of a filesystem owned by the initial user namespace, so the
-// parent builds them as detached trees and the child attaches them.
-func prepareMounts(spec *specs.Spec) (*preparedMounts, error) {
-	return prepareMountsWith(spec, idmapUserns)
-}
-
-// prepareMountsWith is prepareMounts with the way of obtaining a user
-// namespace fd for given maps (an exec'd holder, or the C init's clone).
-func prepareMountsWith(spec *specs.Spec, idmapUserns func(uids, gids []specs.LinuxIDMapping) (int, error)) (*preparedMounts, error) {
+// prepareMounts creates the idmapped binds of the Spec, with user
+// namespaces of the given maps from idmapUserns. Only host root may idmap
+// a mount of a filesystem owned by the initial user namespace, so the
+// parent builds them as detached trees and the child attaches them. It
+// also opens the root template's lock, which the init inherits.
+func prepareMounts(spec *specs.Spec, idmapUserns func(uids, gids []specs.LinuxIDMapping) (int, error)) (*preparedMounts, error) {
 	p := &preparedMounts{}
 	usernsByKey := map[string]int{}
 	defer func() {
@@ -117,47 +91,4 @@ func parentPrepared(spec *specs.Spec) []int {
 		}
 	}
 	return out
-}
-
-// idmapUserns returns an fd of a user namespace with the given maps, owned
-// by a short-lived holder process.
-func idmapUserns(uids, gids []specs.LinuxIDMapping) (int, error) {
-	conv := func(ms []specs.LinuxIDMapping) []syscall.SysProcIDMap {
-		out := make([]syscall.SysProcIDMap, len(ms))
-		for i, m := range ms {
-			out[i] = syscall.SysProcIDMap{ContainerID: int(m.ContainerID), HostID: int(m.HostID), Size: int(m.Size)}
-		}
-		return out
-	}
-	r, w, err := os.Pipe()
-	if err != nil {
-		return -1, err
-	}
-	defer w.Close()
-	cmd := &exec.Cmd{
-		Path:  "/proc/self/exe",
-		Args:  []string{holdArg0},
-		Env:   []string{},
-		Stdin: r,
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags:  unix.CLONE_NEWUSER,
-			UidMappings: conv(uids),
-			GidMappings: conv(gids),
-			Pdeathsig:   syscall.SIGKILL,
-		},
-	}
-	err = cmd.Start()
-	r.Close()
-	if err != nil {
-		return -1, fmt.Errorf("userns holder: %w", err)
-	}
-	defer func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	}()
-	fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", cmd.Process.Pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, fmt.Errorf("open holder userns: %w", err)
-	}
-	return fd, nil
 }

@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -47,9 +45,6 @@ type Config struct {
 	// denied calls go to a user-notification listener in this process,
 	// which answers EPERM and calls OnViolation once per distinct call.
 	OnViolation func(seccomp.Event)
-	// Backend selects the init: BackendC or BackendGo; "" is
-	// DefaultBackend. The AGENTRUN_INIT environment variable overrides it.
-	Backend string
 	// Forwarder, when set, sends the signals it hooked on to the init
 	// once the command has started (those that came earlier are sent
 	// then), until the init exits (later ones are swallowed until the
@@ -85,7 +80,7 @@ type CgroupPlacement struct {
 	// Tasks, when set, are the v1 "tasks" files (cgroups.Cgroup.OpenTasks)
 	// the C init writes "0" to as its first act, while it is still a
 	// single thread: far cheaper than Add, which migrates a whole thread
-	// group. Unused on v2 and by the Go init (multithreaded from its start).
+	// group. Unused on v2.
 	Tasks []*os.File
 }
 
@@ -113,7 +108,7 @@ type Process struct {
 	err    error
 	// pending holds an exit report that arrived during Start.
 	pending *report
-	// inCgroup: clone3 placed the init in its cgroup.
+	// inCgroup says clone3 placed the init in its cgroup.
 	inCgroup bool
 	// postClone is set when the C init's release step (id maps, the sync
 	// byte) failed; set before Start learns of the child.
@@ -148,8 +143,8 @@ func (p *Process) openPidfd() {
 }
 
 // attachForwarder points the Forwarder at the init once the command has
-// started: either init dies of a signal that arrives before it has set
-// up its own forwarding to the command.
+// started: the init dies of a signal that arrives before it has set up its
+// own forwarding to the command.
 func (p *Process) attachForwarder() {
 	p.fwdMu.Lock()
 	defer p.fwdMu.Unlock()
@@ -203,110 +198,13 @@ func (p *Process) markReaped() {
 // when the program does not prestart.
 func (p *Process) Prestart() string { return p.prestart }
 
-// initCaps are the capabilities init keeps across its execve (as ambient
-// capabilities, because it runs as a non-root uid of the new namespace):
-// mounts and pivot_root, bringing up loopback, dropping the bounding set.
-var initCaps = [...]uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_SETPCAP}
-
-// Start clones the init into the Spec's namespaces and returns once the
+// Start clones the C init into the Spec's namespaces and returns once the
 // command is running, or with a *StepError naming what failed.
 func Start(cfg *Config) (*Process, error) {
 	if err := checkNamespaces(cfg.Spec); err != nil {
 		return nil, err
 	}
-	if p, handled, err := startSelected(cfg); handled { // the C init: cstart_linux.go
-		return p, err
-	}
-	spec := cfg.Spec
-	if spec.Process == nil || len(spec.Process.Args) == 0 || spec.Linux == nil {
-		return nil, &StepError{Step: "spec", Msg: "no process, args or linux section"}
-	}
-	if keptCaps(spec.Process)[unix.CAP_SYS_PTRACE] {
-		// The Go init is this binary exec'd inside the sandbox's user
-		// namespace, so its memory belongs to that namespace and being
-		// non-dumpable no longer shields it from a CAP_SYS_PTRACE held
-		// there. The C init's memory belongs to the host's namespace.
-		return nil, &StepError{Step: "capabilities", Msg: "CAP_SYS_PTRACE would let the command trace the Go init (PID 1); use the C init (leave " + BackendEnv + " unset or set it to c)"}
-	}
-	clampRlimits(spec.Process, cfg.Warn)
-
-	prog, err := compileSeccomp(spec, cfg)
-	if err != nil {
-		return nil, err
-	}
-	prep, err := prepareMounts(spec)
-	if err != nil {
-		return nil, err
-	}
-	defer prep.close()
-
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, &StepError{Step: "sync socket", Msg: err.Error()}
-	}
-	parentSock := os.NewFile(uintptr(fds[0]), "sync-parent")
-	childSock := os.NewFile(uintptr(fds[1]), "sync-child")
-
-	cmd := &exec.Cmd{
-		Path:        "/proc/self/exe",
-		Args:        []string{InitArg0},
-		Env:         []string{},
-		Stdin:       cfg.Stdin,
-		Stdout:      cfg.Stdout,
-		Stderr:      cfg.Stderr,
-		ExtraFiles:  append([]*os.File{childSock}, prep.files...),
-		SysProcAttr: sysProcAttr(spec),
-	}
-	cg, err := cfg.placement()
-	if err != nil {
-		childSock.Close()
-		parentSock.Close()
-		return nil, err
-	}
-	p, err := startInit(cmd, parentSock, cg)
-	childSock.Close()
-	if err != nil {
-		parentSock.Close()
-		return nil, startError(err, cfg.UsernsBlocker)
-	}
-	if err := p.placeCgroup(cg); err != nil {
-		p.Kill()
-		p.wait()
-		return nil, err
-	}
-
-	p.setForwarder(cfg.Forwarder)
-	p.prog, p.onViolation = prog, cfg.OnViolation
-	c := &config{Spec: spec, Prepared: prep.childFDs}
-	if prog != nil {
-		c.Seccomp, c.SeccompFlags = prog.Filter, uint32(prog.Flags)
-	}
-	msg, err := json.Marshal(c)
-	if err != nil {
-		p.Kill()
-		p.wait()
-		return nil, &StepError{Step: "sync", Msg: err.Error()}
-	}
-	if err := writeConfig(parentSock, msg); err != nil {
-		p.Kill()
-		return nil, p.failed("sync", err)
-	}
-	return p.awaitStarted(nil)
-}
-
-// writeConfig sends msg as the config header and its chunks (proto.go).
-func writeConfig(w io.Writer, msg []byte) error {
-	if _, err := w.Write([]byte("config " + strconv.Itoa(len(msg)))); err != nil {
-		return err
-	}
-	for len(msg) > 0 {
-		n := min(len(msg), configChunk)
-		if _, err := w.Write(msg[:n]); err != nil {
-			return err
-		}
-		msg = msg[n:]
-	}
-	return nil
+	return startC(cfg) // cstart_linux.go
 }
 
 // awaitStarted reads the child's setup reports until the command runs.
@@ -335,24 +233,6 @@ func (p *Process) awaitStarted(writeErr error) (*Process, error) {
 	}
 	p.attachForwarder()
 	return p, nil
-}
-
-// startInit starts the init, inside its cgroup when clone3 can place it
-// there, otherwise plainly (placeCgroup then moves it).
-func startInit(cmd *exec.Cmd, sock *os.File, cg *CgroupPlacement) (*Process, error) {
-	pristine, attr := *cmd, *cmd.SysProcAttr // an exec.Cmd starts only once
-	return withCloneFallback(cg, func(intoCgroup bool) (*Process, error) {
-		c, a := pristine, attr
-		c.SysProcAttr = &a
-		a.UseCgroupFD = intoCgroup
-		if intoCgroup {
-			a.CgroupFD = cg.FD
-		}
-		p := &Process{sock: sock, waited: make(chan struct{}), inCgroup: intoCgroup}
-		started := make(chan error, 1)
-		go p.run(&c, started)
-		return p, <-started
-	})
 }
 
 // withCloneFallback starts the init through start, inside its v2 cgroup
@@ -385,9 +265,8 @@ func (p *Process) placeCgroup(cg *CgroupPlacement) error {
 		return nil
 	}
 	if cg.Add == nil {
-		// A cgroup was asked for (a v2 fd that clone3 could not use, or
-		// v1 tasks files the Go init cannot use), and running the sandbox
-		// outside it would be weaker than requested.
+		// A cgroup was asked for (a v2 fd that clone3 could not use), and
+		// running the sandbox outside it would be weaker than requested.
 		if cg.FD >= 0 || len(cg.Tasks) > 0 {
 			return &StepError{Step: "cgroup placement", Msg: "the init could not be placed at clone time and the placement has no Add"}
 		}
@@ -399,61 +278,7 @@ func (p *Process) placeCgroup(cg *CgroupPlacement) error {
 	return nil
 }
 
-// run starts and waits for the init on one locked OS thread: the parent
-// death signal fires when the thread that forked the child exits, so the
-// thread must outlive the child.
-func (p *Process) run(cmd *exec.Cmd, started chan<- error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if err := cmd.Start(); err != nil {
-		started <- err
-		close(p.waited)
-		return
-	}
-	p.pid = cmd.Process.Pid
-	p.openPidfd()
-	started <- nil
-	p.awaitExitNoReap()
-	p.err = cmd.Wait()
-	if cmd.ProcessState != nil {
-		ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
-		p.status = &ws
-	}
-	close(p.waited)
-}
-
-func sysProcAttr(spec *specs.Spec) *syscall.SysProcAttr {
-	var flags uintptr
-	for _, ns := range spec.Linux.Namespaces {
-		flags |= nsFlag(ns.Type)
-	}
-	rootless := os.Geteuid() != 0
-	a := &syscall.SysProcAttr{
-		Cloneflags: flags,
-		Setsid:     true, // no controlling terminal: TIOCSTI cannot reach the caller's tty
-		Pdeathsig:  syscall.SIGKILL,
-		Credential: &syscall.Credential{
-			Uid:         spec.Process.User.UID,
-			Gid:         spec.Process.User.GID,
-			NoSetGroups: rootless,
-		},
-		GidMappingsEnableSetgroups: !rootless,
-		AmbientCaps:                initCaps[:],
-	}
-	// Capabilities granted to the command must survive init's own execve.
-	for c := range keptCaps(spec.Process) {
-		a.AmbientCaps = append(a.AmbientCaps, uintptr(c))
-	}
-	for _, m := range spec.Linux.UIDMappings {
-		a.UidMappings = append(a.UidMappings, syscall.SysProcIDMap{ContainerID: int(m.ContainerID), HostID: int(m.HostID), Size: int(m.Size)})
-	}
-	for _, m := range spec.Linux.GIDMappings {
-		a.GidMappings = append(a.GidMappings, syscall.SysProcIDMap{ContainerID: int(m.ContainerID), HostID: int(m.HostID), Size: int(m.Size)})
-	}
-	return a
-}
-
-// checkNamespaces refuses what neither init implements: joining an
+// checkNamespaces refuses what the init does not implement: joining an
 // existing namespace. Creating a fresh one instead would silently ignore
 // what the Spec asked for.
 func checkNamespaces(spec *specs.Spec) error {
@@ -657,7 +482,7 @@ func (p *Process) Signal(sig syscall.Signal) error {
 			return err
 		}
 		// Refused by the kernel or an outer filter: the pid is still
-		// the init's (both inits are reaped after markReaped).
+		// the init's (it is reaped only after markReaped).
 	}
 	return unix.Kill(p.pid, sig)
 }

@@ -23,12 +23,12 @@ import (
 
 // What became of a prestart (nsinit/prestart), as Process.Prestart reports it.
 const (
-	// PrestartHit: the init started before the Go runtime was adopted.
+	// PrestartHit means the init started before the Go runtime was adopted.
 	PrestartHit = "hit"
-	// PrestartMiss: there was no image for these flags yet; one is cached
+	// PrestartMiss means there was no image for these flags yet; one is cached
 	// for the next spawn.
 	PrestartMiss = "miss"
-	// PrestartMismatch: an init was started from an image that is not this
+	// PrestartMismatch means an init was started from an image that is not this
 	// spawn's plan (the environment or the host changed); it was killed and
 	// the sandbox spawned afresh.
 	PrestartMismatch = "mismatch"
@@ -38,8 +38,8 @@ const (
 // is emptied before the next one is written.
 const maxImages = 256
 
-// errNotAdoptable: the init cannot be placed in this spawn's cgroup at its
-// release (only v1 "tasks" files can be passed along).
+// errNotAdoptable says the init cannot be placed in this spawn's cgroup at
+// its release (only v1 "tasks" files can be passed along).
 var errNotAdoptable = errors.New("nsinit: prestart cannot join this cgroup")
 
 // DiscardPrestart kills an init the CLI's constructor started that no spawn

@@ -1,43 +1,19 @@
-// Package nsinit starts a sandbox from an OCI Spec. The parent side clones
-// a re-exec of the current binary into new namespaces, writes its id maps,
-// prepares what only the parent can (idmapped mounts) and then talks to the
-// child over a SOCK_SEQPACKET pair. The child side (Init) is PID 1 of the
-// sandbox: it builds the root, drops every privilege, starts the command,
-// forwards signals, reaps zombies and reports how the command ended.
+// Package nsinit starts a sandbox from an OCI Spec with the C init
+// (internal/cinit). The parent side compiles the seccomp filter, prepares
+// what only the parent can (idmapped binds, the root template's lock),
+// encodes the Spec as the init's plan, clones the init into its new
+// namespaces, writes its id maps, places it in its cgroup and releases it
+// over a SOCK_SEQPACKET pair. The init is PID 1 of the sandbox: it builds
+// the root, drops every privilege, starts the command, forwards signals,
+// reaps zombies and reports how the command ended. Process is the parent's
+// handle on a started sandbox: signal, kill, wait, violations. The package
+// also starts the userns holders the idmapped binds need, forwards the
+// caller's signals (Forwarder), and adopts an init the CLI's constructor
+// started from a cached plan (prestart).
 package nsinit
-
-import specs "github.com/opencontainers/runtime-spec/specs-go"
-
-// InitArg0 is argv[0] of the re-exec'd child. The CLI checks it first thing
-// in main so the init path runs before any flag parsing.
-const InitArg0 = "agentrun-init"
 
 // syncFD is the child's end of the sync socket; prepared mount fds follow.
 const syncFD = 3
-
-// The config goes out as a header message, "config N", then N bytes of
-// JSON in messages of at most configChunk bytes: one SOCK_SEQPACKET
-// message must fit the socket's send buffer (about 208 KiB by default, the
-// most an unprivileged caller may set), and a command line alone may be
-// 2 MiB.
-const (
-	configChunk = 64 << 10
-	maxConfig   = 64 << 20
-)
-
-// config is what the parent sends first.
-type config struct {
-	Spec *specs.Spec `json:"spec"`
-	// Prepared maps a Spec.Mounts index to the child fd of a detached mount
-	// that the parent created (idmapped binds), or of the root template's
-	// lock file, which the parent opened and locked.
-	Prepared map[int]int `json:"prepared,omitempty"`
-	// Seccomp is a compiled filter (struct sock_filter array) that the init
-	// loads right before it starts the command; SeccompFlags are the
-	// kernel's SECCOMP_FILTER_FLAG_* bits.
-	Seccomp      []byte `json:"seccomp,omitempty"`
-	SeccompFlags uint32 `json:"seccomp_flags,omitempty"`
-}
 
 // Report types sent by the child.
 const (

@@ -26,7 +26,7 @@ func syncPair(t *testing.T) (*os.File, int) {
 
 // TestReadReportSizes: Process.read sizes its buffer from each packet, so
 // a report of any size the socket carries comes back whole (longer than
-// the 64 KiB the buffer used to have), with the descriptor sent along, and
+// 64 KiB too), with the descriptor sent along, and
 // a hung-up socket reads as EOF.
 func TestReadReportSizes(t *testing.T) {
 	parent, child := syncPair(t)

@@ -312,7 +312,8 @@ func TestCompactDeclines(t *testing.T) {
 			{Names: []string{"read"}, Action: specs.ActTrap, Args: []specs.LinuxSeccompArg{{Index: 0, Op: specs.OpLessThan, Value: 10}}},
 		},
 		// Both masks hold for 0x110: libseccomp and rule order disagree
-		// there (found in review; a mistyped disjointness test took it).
+		// there, and a disjointness test that compares the wrong bits
+		// would take it.
 		"overlapping masks": {
 			{Names: []string{"personality"}, Action: specs.ActAllow, Args: []specs.LinuxSeccompArg{{Index: 0, Op: specs.OpMaskedEqual, Value: 0xf0, ValueTwo: 0x10}}},
 			{Names: []string{"personality"}, Action: specs.ActErrno, Args: []specs.LinuxSeccompArg{{Index: 0, Op: specs.OpMaskedEqual, Value: 0xf00, ValueTwo: 0x100}}},

@@ -18,12 +18,14 @@
 //     values around every constant of the rules. Cache keeps compiled
 //     programs by profile hash so that repeated spawns with the same profile
 //     do not recompile.
-//   - Load runs in the sandbox init, on the locked OS thread that starts the
-//     command, right before the command is executed. It is pure Go (no cgo,
-//     no libseccomp): one seccomp(2) call on the bytes it is handed.
-//   - Notifier runs in the parent. It serves the listener fd that Load
-//     returns for programs with SCMP_ACT_NOTIFY rules, answers every
-//     notification with EPERM and records an Event per denied call.
+//   - The sandbox init (nsinit/internal/cinit) loads the program right
+//     before the command is executed: one seccomp(2) call on the bytes it
+//     is handed, no libseccomp. Load makes the same call in pure Go, for Go
+//     programs that confine themselves or a child.
+//   - Notifier runs in the parent. It serves the listener fd that loading
+//     a program with SCMP_ACT_NOTIFY rules returns, which the init passes
+//     to the parent, answers every notification with EPERM and records an
+//     Event per denied call.
 //
 // Files that need cgo are built with "linux && cgo"; everything else builds on
 // every GOOS so that profiles can be parsed and validated anywhere. Off

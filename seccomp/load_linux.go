@@ -23,7 +23,10 @@ func SetNoNewPrivs() error {
 // Load installs prog (Program.Filter) with seccomp(SECCOMP_SET_MODE_FILTER)
 // and returns the listener fd when flags include FlagNewListener, or -1.
 //
-// It is meant for the sandbox init, last before the command starts:
+// agentrun's sandbox init loads its filter in C (nsinit/internal/cinit);
+// Load is for Go programs that confine themselves or a child, and for this
+// package's tests, which check a compiled program's decisions in a child.
+// A Go caller that loads a filter for a command it starts should:
 //
 //   - call it on a goroutine locked with runtime.LockOSThread, and start the
 //     command from that same thread (syscall.Exec, or os.StartProcess without

@@ -61,8 +61,9 @@ type Program struct {
 	// whose rules notify, so that the Notifier can name them without
 	// libseccomp.
 	names map[uint64]string
-	// compact: Filter is compact.go's program, not libseccomp's (set by a
-	// compile, not kept in the disk cache; for tests).
+	// compact reports whether Filter is compact.go's program, not
+	// libseccomp's (set by a compile, not kept in the disk cache; for
+	// tests).
 	compact bool
 }
 

@@ -13,15 +13,15 @@ var (
 	// seccomp filters cannot be built or loaded (not Linux, or Compile
 	// without cgo).
 	ErrUnsupported = errors.New("seccomp: not supported on this platform")
-	// ErrNoNewPrivs: the kernel refused the filter because the thread has
-	// neither no_new_privs nor CAP_SYS_ADMIN. Call SetNoNewPrivs first.
+	// ErrNoNewPrivs means the kernel refused the filter because the thread
+	// has neither no_new_privs nor CAP_SYS_ADMIN. Call SetNoNewPrivs first.
 	ErrNoNewPrivs = errors.New("seccomp: filter refused: no_new_privs is not set on this thread")
-	// ErrListenerBusy: a listener was requested but a filter already in
-	// force has one (agentrun inside another notifying sandbox); the kernel
+	// ErrListenerBusy means a listener was requested but a filter already
+	// in force has one (agentrun inside another notifying sandbox); the kernel
 	// allows one per filter chain. Load a program compiled without
 	// NotifyOnDeny instead.
 	ErrListenerBusy = errors.New("seccomp: a filter with a notification listener is already in force")
-	// ErrInvalidProgram: the bytes are not a loadable BPF program.
+	// ErrInvalidProgram means the bytes are not a loadable BPF program.
 	ErrInvalidProgram = errors.New("seccomp: invalid BPF program")
 )
 

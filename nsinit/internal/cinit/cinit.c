@@ -65,9 +65,6 @@
 #define MNT_DETACH 2
 #endif
 
-/* Exit status of an init that could not build the sandbox. */
-#define EXIT_SETUP_FAILED 125
-
 /*
  * The RLIMIT_NOFILE this process started with. Go's runtime raises the soft
  * limit to hard-1 at start-up and gives the original back to the programs
@@ -240,8 +237,8 @@ static void put_strs(struct out *o, const char *const *parts)
 		put_str(o, *parts);
 }
 
-/* errstr names errno values the way Go's syscall.Errno does, so reports
- * from both inits read alike. */
+/* errstr names errno values the way Go's syscall.Errno does, so the
+ * init's reports read like the parent's own errors. */
 static const char *errstr(int e)
 {
 	switch (e) {
@@ -422,7 +419,7 @@ static void report_error(int sock, const char *const *step, const char *const *m
 static _Noreturn void die_parts(struct ctx *c, const char *const *step, const char *const *msg, int err)
 {
 	report_error(c->sync, step, msg, err);
-	_exit(EXIT_SETUP_FAILED);
+	_exit(AR_EXIT_SETUP_FAILED);
 }
 
 /* die reports step with errno's text and exits 125. */
@@ -639,7 +636,7 @@ static int make_target(struct ctx *c, int rootfd, const char *p, int dir)
 	return fd;
 }
 
-/* ---- mounts: mirror of mounts/rootfs_linux.go ---- */
+/* ---- mounts: the root, from the plan's entries ---- */
 
 static int set_attr(int tree, int recursive, uint64_t attr)
 {
@@ -947,7 +944,7 @@ static void await_verified(struct ctx *c)
 }
 
 /* setup_root assembles the root on a fresh tmpfs, or on the root template,
- * and pivots into it, in the order of mounts.Setup. */
+ * and pivots into it. */
 static void setup_root(struct ctx *c)
 {
 	const struct ar_plan *p = c->p;
@@ -1206,9 +1203,9 @@ static _Noreturn void command_fail(const struct command_arg *a, const char *step
 {
 	int e = errno;
 	report_error(a->c->sync, (const char *[]){step, NULL}, (const char *[]){what, NULL}, e);
-	a->m->code = EXIT_SETUP_FAILED;
+	a->m->code = AR_EXIT_SETUP_FAILED;
 	a->m->kind = EXEC_REPORTED;
-	_exit(EXIT_SETUP_FAILED);
+	_exit(AR_EXIT_SETUP_FAILED);
 }
 
 static _Noreturn void command_exit(const struct command_arg *a, int code)
@@ -1324,7 +1321,7 @@ static void await_release(struct ctx *c, struct release *r)
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b, .msg_controllen = sizeof ctl.b};
 	long n = RAW(SYS_recvmsg, c->sync, &mh, MSG_TRUNC | MSG_CMSG_CLOEXEC);
 	if (n == 0)
-		_exit(EXIT_SETUP_FAILED);
+		_exit(AR_EXIT_SETUP_FAILED);
 	if (n < 0)
 		die_parts(c, (const char *[]){"sync", NULL}, (const char *[]){NULL}, (int)-n);
 	if ((size_t)n > sizeof r->u.b || n < 4 || (n - 4) % sizeof(struct sock_filter) || (mh.msg_flags & MSG_CTRUNC)) {
@@ -1737,7 +1734,7 @@ static void loader_verify(struct loader *l)
 		char v;
 		long r = RAW(SYS_recvfrom, l->c.sync, &v, 1, MSG_TRUNC, NULL, NULL);
 		if (r != 1 || v != 'v')
-			_exit(EXIT_SETUP_FAILED);
+			_exit(AR_EXIT_SETUP_FAILED);
 	}
 	loader_set(LOADER_VERIFIED);
 }
@@ -1872,9 +1869,9 @@ static void net_main(void *arg)
 
 /* start_loader starts the loader and, with split_net, the net thread.
  * The two pieces of work are independent: the namespace can be made at
- * once, the filter only once the release has come. In one thread the
- * filter waited for the namespace while init, done with the root, sat
- * idle; now it loads on whichever CPU is free. The net thread goes on
+ * once, the filter only once the release has come. Apart, the filter
+ * loads on whichever CPU is free instead of waiting for the namespace
+ * while init, done with the root, sits idle. The net thread goes on
  * another CPU than init's if the affinity mask allows one: the scheduler
  * would otherwise queue it behind init, where it runs only when init
  * blocks. */
@@ -1946,8 +1943,8 @@ static void await_net(void)
 /* end_loader_thread hands the filter over (or lets the thread go without
  * one) and waits until the thread is gone: PID 1 is a single thread again
  * before the command starts, and the thread no longer counts against the
- * cgroup's pids.max (with a limit of 2 a remnant refused the command's
- * fork now and then). */
+ * cgroup's pids.max (with a limit of 2 a remnant would refuse the
+ * command's fork now and then). */
 static void end_loader_thread(struct ctx *c)
 {
 	loader_set(LOADER_GO);
@@ -2024,7 +2021,7 @@ static _Noreturn void init_loop(int sync, int sfd, pid_t cmd)
 		/* The parent is gone (its end of the socket closed): nobody is
 		 * left to wait for the sandbox, so it ends now. */
 		if (pf[1].revents & (POLLHUP | POLLERR))
-			exit_now(EXIT_SETUP_FAILED);
+			exit_now(AR_EXIT_SETUP_FAILED);
 		if (!(pf[0].revents & POLLIN))
 			continue;
 		struct signalfd_siginfo si[8];
@@ -2293,7 +2290,7 @@ static _Noreturn void child(const struct ar_plan *p, int heap_left_behind)
 		n = recv(c.sync, &go, 1, 0);
 	while (n < 0 && errno == EINTR);
 	if (n != 1)
-		_exit(EXIT_SETUP_FAILED);
+		_exit(AR_EXIT_SETUP_FAILED);
 
 	/* Host supplementary groups (root mode) go before anything else. */
 	if (p->drop_groups && syscall(SYS_setgroups, 0, NULL) < 0)
@@ -2313,7 +2310,7 @@ static _Noreturn void child(const struct ar_plan *p, int heap_left_behind)
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
 		die(&c, "parent death signal");
 	if (parent_gone(&c))
-		_exit(EXIT_SETUP_FAILED);
+		_exit(AR_EXIT_SETUP_FAILED);
 	/* Non-dumpable: nothing in the sandbox may ptrace PID 1 or open its
 	 * /proc entries, /proc/1/exe (the agentrun binary) included. Set after
 	 * the credential change, which resets it. */
@@ -2410,13 +2407,13 @@ static _Noreturn void child(const struct ar_plan *p, int heap_left_behind)
 	int code = look_path(name, p->path, buf, &path);
 	if (code) {
 		/* Not found or not executable: a normal exit with the shell's
-		 * status, as the Go init reports it. */
+		 * status. */
 		say((const char *[]){"agentrun: ", name, code == 126 ? ": permission denied\n" : ": command not found\n", NULL});
 		report_exit(c.sync, code, 0);
 		_exit(code);
 	}
 	/* Last: from here on init, and the command it starts, run under the
-	 * filter, as the Go init's thread does. */
+	 * filter. */
 	finish_loader(&c, &rel);
 
 	/* The command child's stack: init is suspended while the child uses it
@@ -2431,12 +2428,12 @@ static _Noreturn void child(const struct ar_plan *p, int heap_left_behind)
 	if (cmd < 0)
 		die(&c, "fork command");
 	if (m.kind == EXEC_EXITED) {
-		/* execve failed: 127 or 126, as the Go init reports it. */
+		/* execve failed: 127 or 126, the shell's statuses. */
 		report_exit(c.sync, m.code, 0);
 		_exit(m.code);
 	}
 	if (m.kind == EXEC_REPORTED)
-		_exit(EXIT_SETUP_FAILED); /* the child reported the error */
+		_exit(AR_EXIT_SETUP_FAILED); /* the child reported the error */
 
 	struct out o = {.n = 0};
 	put(&o, "{\"type\":\"started\",\"pid\":");

@@ -9,8 +9,8 @@
  * process with a single thread. It never returns into Go, never allocates
  * and never takes a lock (other threads of the parent may have held one at
  * the moment of the clone): it only makes system calls and uses its stack
- * and the (copied) plan. The sync protocol on the socket is the one the Go
- * init speaks, so the parent reads the same JSON reports from both.
+ * and the (copied) plan. The init reports to the parent over the sync
+ * socket in small JSON messages (nsinit's report).
  */
 #ifndef AGENTRUN_CINIT_H
 #define AGENTRUN_CINIT_H
@@ -19,6 +19,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 struct stat;
+
+/* The init's exit status when the sandbox could not be built: the spawn
+ * contract's 125 (agentrun.ExitSetupFailed, checked by a test). */
+#define AR_EXIT_SETUP_FAILED 125
 
 enum {
 	AR_MOUNT_BIND = 1,    /* attach a clone of a host path (or a prepared tree) */

@@ -36,6 +36,10 @@ const (
 	Copy MountKind = C.AR_MOUNT_COPY
 )
 
+// ExitSetupFailed is the init's exit status when the sandbox could not be
+// built (cinit.h's AR_EXIT_SETUP_FAILED).
+const ExitSetupFailed = C.AR_EXIT_SETUP_FAILED
+
 // MaxEntries bounds the fds, mounts and devices of a Plan.
 const MaxEntries = C.AR_MAX_ENTRIES
 
@@ -157,7 +161,7 @@ func Start(p *Plan) (int, error) {
 	// ar_start marks the Go heap MADV_DONTFORK around its clone. A fork
 	// by os/exec in that window would leave its child without the heap
 	// and the goroutine stack it runs on: Go starts a child in a user
-	// namespace (the Go init, the idmap holder, a caller's own) with a
+	// namespace (a caller's own, say) with a
 	// plain fork whose child runs Go code until it execs. Go holds
 	// ForkLock for writing across its fork, so holding it for reading here
 	// keeps the two apart; C inits still clone side by side.

@@ -44,7 +44,6 @@
 #endif
 
 #define EXPRESS_SUFFIX ".express"
-#define EXIT_SETUP 125
 #define EXPRESS_MAX (256 << 10)
 /* cgroups.expressPrefix */
 #define EXPRESS_LEAF_PREFIX "sbe-"
@@ -640,7 +639,7 @@ static _Noreturn void finish(const struct express *x, struct cg *c, int pid, con
 			snprintf(line, sizeof line, "agentrun: sandbox setup failed at %s\n", msg);
 		}
 		(void)ar_write_all(2, line, strlen(line));
-		_exit(EXIT_SETUP);
+		_exit(AR_EXIT_SETUP_FAILED);
 	}
 	if (!have_exit) {
 		/* No report: the init itself was killed. */

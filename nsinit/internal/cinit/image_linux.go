@@ -18,11 +18,11 @@ import (
 
 // Prestart states (cinit.h's AR_PRESTART_*).
 const (
-	// PrestartOff: not the CLI's spawn, prestart disabled, or taken.
+	// PrestartOff means not the CLI's spawn, prestart disabled, or taken.
 	PrestartOff = C.AR_PRESTART_OFF
-	// PrestartMiss: no usable image; Path and Key say where one goes.
+	// PrestartMiss means no usable image; Path and Key say where one goes.
 	PrestartMiss = C.AR_PRESTART_MISS
-	// PrestartStarted: an init runs from the image at Path.
+	// PrestartStarted means an init runs from the image at Path.
 	PrestartStarted = C.AR_PRESTART_STARTED
 )
 
@@ -48,10 +48,10 @@ type Prestart struct {
 	Path string
 	Key  []byte
 	Exe  Exe
-	// ExpressHeld: the express record still held on this spawn (the
+	// ExpressHeld says the express record still held on this spawn (the
 	// express path stood aside for another reason).
 	ExpressHeld bool
-	// NoExpress: the express path cannot apply to this key (a policy
+	// NoExpress says the express path cannot apply to this key (a policy
 	// file it could not hash), so no record is written for it.
 	NoExpress bool
 }
@@ -98,7 +98,7 @@ type Prep struct {
 	Attr           uint64 // MOUNT_ATTR_*, MOUNT_ATTR_IDMAP included
 	Recursive      bool
 	FDIndex        int // its slot in Plan.FDs
-	// Template: Source is the root template's lock file, which the
+	// Template says Source is the root template's lock file, which the
 	// start_core opens and locks (no maps, no tree).
 	Template bool
 }

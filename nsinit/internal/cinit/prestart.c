@@ -575,9 +575,6 @@ void ar_prestart(int argc, char **argv, char **envp)
 	const char *v = getenv("AGENTRUN_PRESTART");
 	if (v && (strcmp(v, "0") == 0 || strcmp(v, "off") == 0))
 		return;
-	v = getenv("AGENTRUN_INIT");
-	if (v && *v && strcmp(v, "c") != 0)
-		return;
 	/* Go opens /dev/null on a closed fd 0, 1 or 2 when it starts; before
 	 * that, a socket or tree made here could take the number and reach the
 	 * command as its stdio. Without all three, leave the spawn to Go. */
@@ -729,8 +726,8 @@ void ar_prestart(int argc, char **argv, char **envp)
 		 * before anything else, and the holders are left for after the
 		 * release. No starter process: on a 2-CPU host, where a spawn is
 		 * bound by CPU more than by waiting, its creation and exit cost
-		 * the spawn 3-6 % (bench/README, session 17). The init is cloned from this stack, as
-		 * the forked starter's is from its copy of it. */
+		 * the spawn 3-6 % (bench/README). The init is cloned from this
+		 * stack, as the forked starter's is from its copy of it. */
 		pid_t pid;
 		int ok = start_core(h, p, sv, -1, 1, &pid) == 0;
 		close(sv[1]);

@@ -40,7 +40,7 @@ static void send_to(int fd, int pid, int sig)
 		return;
 	/* A kernel or an outer filter that refuses pidfd_send_signal: the
 	 * pid stays the init's until detach, which comes before its reaping
-	 * (nsinit waits with WNOWAIT first, for both inits). */
+	 * (nsinit waits with WNOWAIT first). */
 	if (pid > 0 && (fd < 0 || errno == ENOSYS || errno == EPERM))
 		(void)kill(pid, sig);
 }
