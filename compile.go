@@ -51,9 +51,9 @@ const MountTypeSymlink = "agentrun-symlink"
 const MountTypeCopy = "agentrun-copy"
 
 // Limits on what /etc copies may put into the tmpfs root; bigger files are
-// bound. A copy's cost grows with the file and a bind's does not: with
-// /etc/mime.types (72 KiB) and /etc/ld.so.cache (36 KiB) bound instead of
-// copied, a spawn took about 3 % less (bench/README, session 8).
+// bound. A copy's cost grows with the file and a bind's does not: binding
+// /etc/mime.types (72 KiB) and /etc/ld.so.cache (36 KiB) instead of
+// copying them makes a spawn about 3 % cheaper (bench/README).
 const (
 	copyMaxFile  = 16 << 10
 	copyMaxTotal = 512 << 10

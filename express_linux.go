@@ -25,8 +25,8 @@ import (
 // re-check and so rule it out.
 type hostRecorder struct {
 	reads []hostRead
-	// unsupported: a read without a fingerprint (a file's content, a
-	// failed readlink, a name with a tab or a newline).
+	// unsupported is set by a read without a fingerprint (a file's
+	// content, a failed readlink, a name with a tab or a newline).
 	unsupported bool
 }
 
@@ -75,11 +75,11 @@ func (r *hostRecorder) lines() []string {
 	return slices.DeleteFunc(out, r.impliedResolve)
 }
 
-// impliedResolve: line is an "E" fingerprint that the "L" fingerprints of
-// every component of its path already imply. realpath(path) == path holds
-// when each component exists and is no symlink, which their L lines check
-// (type and inode) in the same pass; the E line would only repeat it, at
-// a readlink per component.
+// impliedResolve reports whether line is an "E" fingerprint that the "L"
+// fingerprints of every component of its path already imply.
+// realpath(path) == path holds when each component exists and is no
+// symlink, which their L lines check (type and inode) in the same pass;
+// the E line would only repeat it, at a readlink per component.
 func (r *hostRecorder) impliedResolve(line string) bool {
 	f := strings.Split(line, "\t")
 	if len(f) != 3 || f[0] != "E" || f[1] != f[2] || f[1] != filepath.Clean(f[1]) || !filepath.IsAbs(f[1]) || f[1] == "/" {
@@ -93,8 +93,8 @@ func (r *hostRecorder) impliedResolve(line string) bool {
 	return true
 }
 
-// noSymlink: the fingerprints hold an L line for path that is not a
-// symlink (and so exists).
+// noSymlink reports whether the fingerprints hold an L line for path
+// that is not a symlink (and so exists).
 func (r *hostRecorder) noSymlink(path string) bool {
 	for _, h := range r.reads {
 		if h.kind == "L" && h.path == path && h.st != nil && h.st.Mode&syscall.S_IFMT != syscall.S_IFLNK {

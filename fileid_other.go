@@ -4,5 +4,5 @@ package agentrun
 
 import "io/fs"
 
-// fileID: no device and inode here.
+// fileID reports no identity: there is no device and inode here.
 func fileID(fs.FileInfo) (FileID, bool) { return FileID{}, false }

@@ -5,6 +5,11 @@
 // compilation into an OCI runtime-spec (specs.Spec), which is the one
 // representation everything below consumes. Run executes a Policy; on Linux it
 // goes through nsinit, on macOS through the Seatbelt launcher in darwin/.
+// On Linux, Run also gives the sandbox a cgroup of its own when it can
+// (cgroups), picks a shared root template for its root when the spawn may
+// use one (mounts), and for the CLI records what the express path needs to
+// start the next spawn with the same command line without the Go runtime
+// (Options.Express).
 package agentrun
 
 import (

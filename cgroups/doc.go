@@ -33,7 +33,7 @@
 // The file work is done directly on cgroupfs rather than through
 // containerd/cgroups' cgroup1/cgroup2 managers: those pull protobuf, eBPF,
 // D-Bus and logrus into every process (roughly doubling the start-up time of
-// a binary that is re-executed on every spawn) and do not handle the v2
-// no-internal-process rule for delegated subtrees. The containerd module's
-// root package is still used to parse /proc/self/cgroup.
+// a binary that starts on every spawn) and do not handle the v2
+// no-internal-process rule for delegated subtrees. Of the containerd module
+// only the root package is used, to parse /proc/self/cgroup.
 package cgroups

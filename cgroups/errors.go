@@ -5,15 +5,15 @@ import "errors"
 // Kinds of "cgroups cannot enforce limits for this caller on this host".
 // They are wrapped in an *UnusableError; test with errors.Is.
 var (
-	// ErrNoCgroupFS: no cgroup filesystem is mounted at all.
+	// ErrNoCgroupFS means no cgroup filesystem is mounted at all.
 	ErrNoCgroupFS = errors.New("cgroups: no cgroup filesystem mounted")
-	// ErrNoDelegation: cgroups exist but this caller may not create or
-	// populate a cgroup (rootless without a delegated v2 subtree, root-owned
-	// v1 hierarchies, a read-only cgroupfs, or a v2 subtree whose processes
-	// cannot be moved out of the way).
+	// ErrNoDelegation means cgroups exist but this caller may not create
+	// or populate a cgroup (rootless without a delegated v2 subtree,
+	// root-owned v1 hierarchies, a read-only cgroupfs, or a v2 subtree
+	// whose processes cannot be moved out of the way).
 	ErrNoDelegation = errors.New("cgroups: no delegated cgroup")
-	// ErrNoController: a controller needed for a requested limit is not
-	// available where agentrun would create its cgroup.
+	// ErrNoController means a controller needed for a requested limit is
+	// not available where agentrun would create its cgroup.
 	ErrNoController = errors.New("cgroups: controller unavailable")
 )
 

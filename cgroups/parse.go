@@ -12,15 +12,16 @@ import (
 type Mode string
 
 const (
-	// Unified: only cgroup v2 carries controllers.
+	// Unified means only cgroup v2 carries controllers.
 	Unified Mode = "unified"
-	// Hybrid: v1 hierarchies carry the controllers and a cgroup2 tree is
-	// also mounted (usually at /sys/fs/cgroup/unified, often without any
-	// controller). agentrun uses the v1 hierarchies there, as runc does.
+	// Hybrid means v1 hierarchies carry the controllers and a cgroup2
+	// tree is also mounted (usually at /sys/fs/cgroup/unified, often
+	// without any controller). agentrun uses the v1 hierarchies there, as
+	// runc does.
 	Hybrid Mode = "hybrid"
-	// Legacy: only v1 hierarchies.
+	// Legacy means only v1 hierarchies are mounted.
 	Legacy Mode = "legacy"
-	// Unavailable: no cgroup filesystem is mounted.
+	// Unavailable means no cgroup filesystem is mounted.
 	Unavailable Mode = "unavailable"
 )
 

@@ -181,10 +181,10 @@ func parseExpressID(name string) (owner, bool) {
 	return owner{pid: int(v[0]), start: v[1], pidns: v[2]}, true
 }
 
-// ownsDir: path is a directory the caller made (cgroupfs gives a new
-// cgroup its creator's uid). Another user's express cgroups are not the
-// caller's to judge, as their state records would not be: that user's
-// /proc entries may not even be readable.
+// ownsDir reports whether path is a directory the caller made (cgroupfs
+// gives a new cgroup its creator's uid). Another user's express cgroups
+// are not the caller's to judge, as their state records would not be:
+// that user's /proc entries may not even be readable.
 func (m *Manager) ownsDir(path string) bool {
 	var st unix.Stat_t
 	return unix.Lstat(path, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && int(st.Uid) == m.euid
@@ -273,8 +273,9 @@ func (m *Manager) sweepOne(path string) (bool, error) {
 	return true, nil
 }
 
-// ownerAlive: the owner pid still runs the same process (same start time).
-// A record from another pid namespace cannot be judged and counts as alive.
+// ownerAlive reports whether the owner pid still runs the same process
+// (same start time). A record from another pid namespace cannot be
+// judged and counts as alive.
 func (m *Manager) ownerAlive(rec record) bool {
 	if rec.OwnerPidNS != m.self.pidns {
 		return true

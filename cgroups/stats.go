@@ -5,8 +5,8 @@ package cgroups
 // counters vanish with the directory. Zero means "not provided by this
 // kernel" for every field but OOMKilled.
 type Stats struct {
-	// OOMKilled: the kernel's OOM killer killed a process in the cgroup
-	// because of its memory limit.
+	// OOMKilled reports whether the kernel's OOM killer killed a process
+	// in the cgroup because of its memory limit.
 	OOMKilled bool `json:"oom_killed"`
 	// OOMKills counts those kills (v2 memory.events oom_kill, v1
 	// memory.oom_control oom_kill).

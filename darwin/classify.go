@@ -41,13 +41,13 @@ type Outcome struct {
 type Verdict int
 
 const (
-	// CommandRan: the status is the command's own.
+	// CommandRan means the status is the command's own.
 	CommandRan Verdict = iota
-	// CommandNotRun: sandbox-exec could not exec the command; the status
-	// is the shell's 127 (not found) or 126 (not executable).
+	// CommandNotRun means sandbox-exec could not exec the command; the
+	// status is the shell's 127 (not found) or 126 (not executable).
 	CommandNotRun
-	// SuspectSetup: sandbox-exec printed an error and exited with one of
-	// its failure statuses before anything else was written. Usually the
+	// SuspectSetup means sandbox-exec printed an error and exited with one
+	// of its failure statuses before anything else was written. Usually the
 	// sandbox could not be built, but a command that runs sandbox-exec
 	// itself can look the same, so the caller confirms with a probe run.
 	SuspectSetup

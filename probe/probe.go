@@ -87,10 +87,12 @@ type Feature struct {
 
 // Userns is what governs user namespaces here.
 type Userns struct {
-	// Available: this caller just created one (in a child process).
+	// Available reports whether this caller just created one (in a child
+	// process).
 	Available bool   `json:"available"`
 	Error     string `json:"error,omitempty"`
-	// Unprivileged: by the sysctls, unprivileged users may create them.
+	// Unprivileged reports whether, by the sysctls, unprivileged users may
+	// create them.
 	Unprivileged bool `json:"unprivileged"`
 	// The sysctls; absent when the kernel has no such knob.
 	MaxUserNamespaces       *int64 `json:"max_user_namespaces,omitempty"`
@@ -117,13 +119,14 @@ type CgroupReport struct {
 // Seccomp is seccomp filter support.
 type Seccomp struct {
 	Filter bool `json:"filter"`
-	// UserNotif: SECCOMP_RET_USER_NOTIF is available (violations can be
-	// reported instead of just denied).
+	// UserNotif reports whether SECCOMP_RET_USER_NOTIF is available
+	// (violations can be reported instead of just denied).
 	UserNotif bool `json:"user_notif"`
 	// Actions as listed in /proc/sys/kernel/seccomp/actions_avail.
 	Actions []string `json:"actions,omitempty"`
-	// CallerFiltered: this process already runs under a filter (a container
-	// runtime's), which may refuse what the sandbox needs.
+	// CallerFiltered reports whether this process already runs under a
+	// filter (a container runtime's), which may refuse what the sandbox
+	// needs.
 	CallerFiltered bool   `json:"caller_filtered"`
 	Detail         string `json:"detail,omitempty"`
 }
@@ -143,8 +146,8 @@ type Overlay struct {
 // Clone3 covers clone3 and CLONE_INTO_CGROUP.
 type Clone3 struct {
 	Available bool `json:"available"`
-	// IntoCgroup: CLONE_INTO_CGROUP works for agentrun's cgroups here
-	// (kernel 5.7+ and the v2 driver).
+	// IntoCgroup reports whether CLONE_INTO_CGROUP works for agentrun's
+	// cgroups here (kernel 5.7+ and the v2 driver).
 	IntoCgroup bool   `json:"into_cgroup"`
 	Detail     string `json:"detail,omitempty"`
 }
@@ -153,8 +156,8 @@ type Clone3 struct {
 type Guarantee struct {
 	Name string `json:"name"`
 	OK   bool   `json:"ok"`
-	// Required: the default policy cannot be enforced without it (the
-	// rest are hardening or apply only when asked for).
+	// Required reports whether the default policy cannot be enforced
+	// without it (the rest are hardening or apply only when asked for).
 	Required bool   `json:"required"`
 	Detail   string `json:"detail,omitempty"`
 }
@@ -242,7 +245,8 @@ func readInt(fsys fs.FS, name string) *int64 {
 
 // UsernsReadings are the inputs of the user namespace diagnosis.
 type UsernsReadings struct {
-	// HasUserNS: the kernel has user namespaces (/proc/self/ns/user).
+	// HasUserNS reports whether the kernel has user namespaces
+	// (/proc/self/ns/user).
 	HasUserNS bool
 	// Sysctls; nil when the file does not exist on this kernel.
 	MaxUserNamespaces       *int64 // /proc/sys/user/max_user_namespaces

@@ -34,7 +34,8 @@ import (
 )
 
 func main() {
-	// The re-exec'd sandbox init takes this path before anything else.
+	// The binary re-executed as a holder (nsinit.HoldCommand) takes this
+	// path before anything else.
 	nsinit.Dispatch()
 	os.Exit(run(os.Args[1:], os.Stderr))
 }
@@ -203,10 +204,10 @@ type spawnOpts struct {
 	policy  *agentrun.Policy
 	result  string
 	verbose bool
-	// splitAtFirstDashDash: the flags ended at the first "--", where the
-	// constructor's cache key ends (prestart.c); otherwise that "--" was
-	// a flag's value and the key misses flags, which the express path
-	// must not trust.
+	// splitAtFirstDashDash reports whether the flags ended at the first
+	// "--", where the constructor's cache key ends (prestart.c); otherwise
+	// that "--" was a flag's value and the key misses flags, which the
+	// express path must not trust.
 	splitAtFirstDashDash bool
 }
 

@@ -1,5 +1,6 @@
 // Package capnames owns the table of Linux capability names and numbers
-// shared by the policy compiler and the init.
+// shared by the policy compiler, which checks the names, and nsinit, which
+// turns them into the numbers of the init's plan.
 package capnames
 
 // Names are the Linux capabilities by number (capability.h).

@@ -1,7 +1,8 @@
 // Package statedir owns the location of agentrun's per-user runtime state
-// (cgroup records, compiled seccomp programs) and the checks that make it
-// safe to trust: a real directory, owned by the caller, writable by no one
-// else.
+// (cgroup records, compiled seccomp programs, root templates and their
+// locks, the prestart plan images and express records) and the checks that
+// make it safe to trust: a real directory, owned by the caller, writable by
+// no one else.
 package statedir
 
 import (
@@ -78,7 +79,8 @@ func Ensure(dir string, euid int) error {
 	}
 }
 
-// Within: p is root or lies below it (both clean and absolute).
+// Within reports whether p is root or lies below it (both clean and
+// absolute).
 func Within(p, root string) bool {
 	rel, err := filepath.Rel(root, p)
 	return err == nil && rel != ".." && !filepath.IsAbs(rel) && (len(rel) < 3 || rel[:3] != "../")
