@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/agentrun/agentrun/internal/statedir"
+	"github.com/agentrun/agentrun/mounts"
 	"github.com/agentrun/agentrun/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -25,30 +26,13 @@ const (
 	RootModeHostID = 2147418112 // 0x7fff0000
 )
 
-// Annotation keys carried on the Spec.
-const (
-	// AnnotationRootfs = "tmpfs" means Spec.Root is absent and the runtime
-	// assembles a fresh tmpfs root from Spec.Mounts.
-	AnnotationRootfs = "dev.agentrun.rootfs"
-	// AnnotationSeccomp records where Spec.Linux.Seccomp came from:
-	// "default", "unconfined" or "file:PATH".
-	AnnotationSeccomp = "dev.agentrun.seccomp"
-)
+// AnnotationSeccomp records on the Spec where Spec.Linux.Seccomp came
+// from: "default", "unconfined" or "file:PATH". The other annotations and
+// mount types of agentrun's own are the mounts package's.
+const AnnotationSeccomp = "run.agentrun.seccomp"
 
 // SeccompUnconfined is the Policy.Seccomp value that disables the filter.
 const SeccompUnconfined = "unconfined"
-
-// MountTypeSymlink is an agentrun extension of Spec.Mounts used only with a
-// tmpfs root: it creates a symlink at Destination pointing at Source. It
-// reproduces the host's merged-/usr layout (/bin -> usr/bin) without a mount.
-const MountTypeSymlink = "agentrun-symlink"
-
-// MountTypeCopy is an agentrun extension of Spec.Mounts used only with a
-// tmpfs root: it copies the regular file Source, which must be readable by
-// all, to Destination before the root turns read-only. The small /etc files use it instead of binds: a
-// copy costs a fraction of a mount to make and to tear down, and the
-// sandbox gets a snapshot taken at spawn time.
-const MountTypeCopy = "agentrun-copy"
 
 // Limits on what /etc copies may put into the tmpfs root; bigger files are
 // bound. A copy's cost grows with the file and a bind's does not: binding
@@ -61,13 +45,6 @@ const (
 	// file is worth a copy there: each bind is a mount per spawn.
 	templateCopyMax = 256 << 10
 )
-
-// AnnotationTemplateCopies lists, comma-separated, the destinations of
-// read-only binds of /etc files that a root template may hold as copies
-// (mounts.AnnotationTemplateCopies): files too big to copy into every
-// fresh root, small enough to copy into a template once. Without a
-// template they stay binds; binds the caller asked for are never listed.
-const AnnotationTemplateCopies = "run.agentrun.template-copies"
 
 // Default tmpfs caps.
 const (
@@ -184,7 +161,7 @@ func Compile(p *Policy, h *HostInfo) (*specs.Spec, error) {
 			Capabilities:    &specs.LinuxCapabilities{},
 			NoNewPrivileges: true,
 		},
-		Annotations: map[string]string{AnnotationRootfs: "tmpfs"},
+		Annotations: map[string]string{mounts.AnnotationRootfs: "tmpfs"},
 		Linux: &specs.Linux{
 			UIDMappings:       []specs.LinuxIDMapping{{ContainerID: uint32(uid), HostID: uint32(hostUID), Size: 1}},
 			GIDMappings:       []specs.LinuxIDMapping{{ContainerID: uint32(gid), HostID: uint32(hostGID), Size: 1}},
@@ -215,23 +192,23 @@ func Compile(p *Policy, h *HostInfo) (*specs.Spec, error) {
 	}
 	addResources(s.Linux, &p.Limits)
 
-	mounts, templateCopies, err := systemMounts(h)
+	ms, templateCopies, err := systemMounts(h)
 	if err != nil {
 		return nil, err
 	}
 	if len(templateCopies) > 0 {
-		s.Annotations[AnnotationTemplateCopies] = strings.Join(templateCopies, ",")
+		s.Annotations[mounts.AnnotationTemplateCopies] = strings.Join(templateCopies, ",")
 	}
 	ws, err := userBind(h, h.Workspace, "/workspace", false)
 	if err != nil {
 		return nil, err
 	}
-	mounts = append(mounts, ws)
+	ms = append(ms, ws)
 	extra, err := extraMounts(p.Mounts, h)
 	if err != nil {
 		return nil, err
 	}
-	s.Mounts = append(mounts, extra...)
+	s.Mounts = append(ms, extra...)
 	if err := addSeccomp(s, p, h); err != nil {
 		return nil, err
 	}
@@ -341,7 +318,7 @@ func roBind(src, dest string) specs.Mount {
 
 // systemMounts is the fixed part of the root: system directories, selected
 // /etc entries, /proc, a minimal /dev and the scratch tmpfs mounts, and the
-// /etc binds a root template may copy (AnnotationTemplateCopies).
+// /etc binds a root template may copy (mounts.AnnotationTemplateCopies).
 func systemMounts(h *HostInfo) ([]specs.Mount, []string, error) {
 	var ms []specs.Mount
 	var templateCopies []string
@@ -355,7 +332,7 @@ func systemMounts(h *HostInfo) ([]specs.Mount, []string, error) {
 			if err != nil {
 				return nil, nil, fmt.Errorf("compile: readlink %s: %w", d, err)
 			}
-			ms = append(ms, specs.Mount{Destination: d, Type: MountTypeSymlink, Source: target})
+			ms = append(ms, specs.Mount{Destination: d, Type: mounts.TypeSymlink, Source: target})
 			continue
 		}
 		if fi.IsDir() {
@@ -386,7 +363,7 @@ func systemMounts(h *HostInfo) ([]specs.Mount, []string, error) {
 		readable := fi.Mode().IsRegular() && fi.Mode().Perm()&0o004 != 0
 		if readable && fi.Size() <= copyMaxFile && copied+fi.Size() <= copyMaxTotal {
 			copied += fi.Size()
-			ms = append(ms, specs.Mount{Destination: f, Type: MountTypeCopy, Source: src})
+			ms = append(ms, specs.Mount{Destination: f, Type: mounts.TypeCopy, Source: src})
 			continue
 		}
 		if readable && fi.Size() <= templateCopyMax {
@@ -399,11 +376,11 @@ func systemMounts(h *HostInfo) ([]specs.Mount, []string, error) {
 		specs.Mount{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "noexec", "mode=755", "size=65536"}},
 		specs.Mount{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
 		tmpfs("/dev/shm", defaultShmSize, "1777"),
-		specs.Mount{Destination: "/dev/ptmx", Type: MountTypeSymlink, Source: "pts/ptmx"},
-		specs.Mount{Destination: "/dev/fd", Type: MountTypeSymlink, Source: "/proc/self/fd"},
-		specs.Mount{Destination: "/dev/stdin", Type: MountTypeSymlink, Source: "/proc/self/fd/0"},
-		specs.Mount{Destination: "/dev/stdout", Type: MountTypeSymlink, Source: "/proc/self/fd/1"},
-		specs.Mount{Destination: "/dev/stderr", Type: MountTypeSymlink, Source: "/proc/self/fd/2"},
+		specs.Mount{Destination: "/dev/ptmx", Type: mounts.TypeSymlink, Source: "pts/ptmx"},
+		specs.Mount{Destination: "/dev/fd", Type: mounts.TypeSymlink, Source: "/proc/self/fd"},
+		specs.Mount{Destination: "/dev/stdin", Type: mounts.TypeSymlink, Source: "/proc/self/fd/0"},
+		specs.Mount{Destination: "/dev/stdout", Type: mounts.TypeSymlink, Source: "/proc/self/fd/1"},
+		specs.Mount{Destination: "/dev/stderr", Type: mounts.TypeSymlink, Source: "/proc/self/fd/2"},
 		tmpfs("/tmp", defaultTmpSize, "1777"),
 		tmpfs("/var/tmp", defaultVarTmpSize, "1777"),
 	)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrun/agentrun/mounts"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -120,16 +121,16 @@ func TestCompileRootless(t *testing.T) {
 	if ws == nil || ws.Source != "/home/u/proj" || len(ws.UIDMappings) != 0 || !hasOption(ws, "rw") {
 		t.Errorf("rootless workspace bind wrong: %+v", ws)
 	}
-	if m := mountAt(s, "/bin"); m == nil || m.Type != MountTypeSymlink || m.Source != "usr/bin" {
+	if m := mountAt(s, "/bin"); m == nil || m.Type != mounts.TypeSymlink || m.Source != "usr/bin" {
 		t.Errorf("/bin should reproduce the host symlink, got %+v", m)
 	}
 	if m := mountAt(s, "/usr"); m == nil || !hasOption(m, "ro") || !hasOption(m, "nosuid") {
 		t.Errorf("/usr must be a read-only nosuid bind, got %+v", m)
 	}
-	if m := mountAt(s, "/etc/resolv.conf"); m == nil || m.Source != "/run/resolv.conf" || m.Type != MountTypeCopy {
+	if m := mountAt(s, "/etc/resolv.conf"); m == nil || m.Source != "/run/resolv.conf" || m.Type != mounts.TypeCopy {
 		t.Errorf("/etc/resolv.conf should be a copy of the link's target, got %+v", m)
 	}
-	if m := mountAt(s, "/etc/passwd"); m == nil || m.Type != MountTypeCopy {
+	if m := mountAt(s, "/etc/passwd"); m == nil || m.Type != mounts.TypeCopy {
 		t.Errorf("a small /etc file should be copied, got %+v", m)
 	}
 	if m := mountAt(s, "/etc/mime.types"); m == nil || m.Type != "bind" || !hasOption(m, "ro") {
@@ -394,7 +395,7 @@ func TestCompileCopiesOnlyWorldReadableEtcFiles(t *testing.T) {
 				t.Errorf("uid %d: a non-world-readable %s must be a read-only bind of %s, got %+v", uid, dest, src, m)
 			}
 		}
-		if m := mountAt(s, "/etc/hosts"); m == nil || m.Type != MountTypeCopy {
+		if m := mountAt(s, "/etc/hosts"); m == nil || m.Type != mounts.TypeCopy {
 			t.Errorf("uid %d: a world-readable /etc/hosts should be copied, got %+v", uid, m)
 		}
 	}
@@ -418,7 +419,7 @@ func TestCompileTemplateCopies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := s.Annotations[AnnotationTemplateCopies]; got != "/etc/mime.types" {
+	if got := s.Annotations[mounts.AnnotationTemplateCopies]; got != "/etc/mime.types" {
 		t.Errorf("template copies %q, want /etc/mime.types alone", got)
 	}
 	if m := mountAt(s, "/etc/mime.types"); m == nil || m.Type != "bind" || !hasOption(m, "ro") {

@@ -248,7 +248,7 @@ func sandboxCgroup(spec *specs.Spec, limitsOnly bool) (cg *cgroups.Cgroup, und *
 // errors.
 func rootTemplate(spec *specs.Spec, opts Options, rec *hostRecorder) (*specs.Spec, *mounts.Template) {
 	if v := os.Getenv("AGENTRUN_TEMPLATE"); opts.NoRootTemplate || v == "0" || v == "off" ||
-		spec.Root != nil || spec.Annotations[AnnotationRootfs] != "tmpfs" {
+		spec.Root != nil || spec.Annotations[mounts.AnnotationRootfs] != "tmpfs" {
 		return spec, nil
 	}
 	euid := os.Geteuid()

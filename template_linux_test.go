@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/agentrun/agentrun/internal/statedir"
+	"github.com/agentrun/agentrun/mounts"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -45,7 +46,7 @@ func TestRootTemplateWritableBind(t *testing.T) {
 		own = statedir.Root(0) + "-templates"
 	}
 	spec := bind(filepath.Dir(own), "rw")
-	spec.Annotations = map[string]string{AnnotationRootfs: "tmpfs"}
+	spec.Annotations = map[string]string{mounts.AnnotationRootfs: "tmpfs"}
 	if got, tm := rootTemplate(spec, Options{}, nil); tm != nil || got != spec {
 		if tm != nil {
 			tm.Close()

@@ -4,14 +4,6 @@ package mounts
 
 import "strings"
 
-// TypeSymlink is the agentrun mount type that creates a symlink at the
-// destination pointing at the source (used with a tmpfs root).
-const TypeSymlink = "agentrun-symlink"
-
-// TypeCopy is the agentrun mount type that copies the regular file at the
-// source to the destination in the tmpfs root (see agentrun.MountTypeCopy).
-const TypeCopy = "agentrun-copy"
-
 // Attrs returns the MOUNT_ATTR_* bits that the OCI options ask for; the
 // init applies exactly these to binds and new filesystem instances.
 func Attrs(opts []string) uint64 { return attrsFor(opts) }

@@ -35,11 +35,6 @@ import (
 //   - a sandbox that could remount its root (CAP_SYS_ADMIN), or reach the
 //     template through a writable bind, gets no template.
 
-// TypeRootTemplate is the agentrun mount type that binds a root template
-// (Source) read-only as the root. It is the first mount, Destination "/",
-// and its "lock=PATH" option names the template's lock file.
-const TypeRootTemplate = "agentrun-root-template"
-
 // RootTemplate returns the index of spec's root template mount.
 func RootTemplate(spec *specs.Spec) (int, bool) {
 	if len(spec.Mounts) > 0 && spec.Mounts[0].Type == TypeRootTemplate {
@@ -62,12 +57,6 @@ func TemplateLock(m *specs.Mount) string {
 // within the same timestamp tick as the copy would leave the fingerprint
 // as it was. The coarse clocks tick in milliseconds; two seconds is ample.
 const templateSettle = 2 * time.Second
-
-// AnnotationTemplateCopies lists, comma-separated, the destinations of
-// read-only binds of regular files that a template may hold as copies
-// (agentrun.AnnotationTemplateCopies, set by the compiler for /etc files
-// too big to copy into every fresh root). Binds not listed stay binds.
-const AnnotationTemplateCopies = "run.agentrun.template-copies"
 
 // templateCopyMax bounds a listed file a template copies; a bigger one
 // stays a bind.

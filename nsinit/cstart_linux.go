@@ -178,9 +178,16 @@ func startC(cfg *Config) (_ *Process, err error) {
 	p.setForwarder(cfg.Forwarder)
 	p.prog, p.onViolation = prog, cfg.OnViolation
 	p.holders = holders
-	// A write error means the child is gone; its report says why.
-	_, werr := parentSock.Write(release)
-	return p.awaitStarted(werr)
+	p.release = func() error {
+		// A write error means the child is gone; its report says why.
+		_, werr := parentSock.Write(release)
+		if _, err := p.awaitStarted(werr); err != nil {
+			holders.Wait()
+			return err
+		}
+		return nil
+	}
+	return p, nil
 }
 
 // releaseMsg is the release message for the compiled filter (nil: none).

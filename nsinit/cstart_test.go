@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrun/agentrun/mounts"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
@@ -53,7 +54,7 @@ func testSpec(t testing.TB, argv ...string) *specs.Spec {
 	}
 	for _, d := range []string{"/bin", "/sbin", "/lib", "/lib64"} {
 		if target, err := os.Readlink(d); err == nil {
-			s.Mounts = append(s.Mounts, specs.Mount{Destination: d, Type: "agentrun-symlink", Source: target})
+			s.Mounts = append(s.Mounts, specs.Mount{Destination: d, Type: mounts.TypeSymlink, Source: target})
 		}
 	}
 	return s

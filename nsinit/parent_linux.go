@@ -123,6 +123,9 @@ type Process struct {
 	// holders counts the idmap holders still being reaped (nil: none);
 	// Wait waits for them, so that none outlives the spawn unreaped.
 	holders *sync.WaitGroup
+	// release sends the init its release and waits until the command
+	// runs; set by Create, taken by Start.
+	release func() error
 
 	// fwdMu orders signals and the forwarder's attach and detach against
 	// the reaping: nothing is sent to the pid, or through the pidfd, once
@@ -199,12 +202,42 @@ func (p *Process) markReaped() {
 func (p *Process) Prestart() string { return p.prestart }
 
 // Start clones the C init into the Spec's namespaces and returns once the
-// command is running, or with a *StepError naming what failed.
+// command is running, or with a *StepError naming what failed: Create and
+// Process.Start in one.
 func Start(cfg *Config) (*Process, error) {
+	p, err := Create(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Start(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Create clones the C init into the Spec's namespaces, places it in its
+// cgroup and returns once the init has built the root and waits for its
+// release, or with a *StepError naming what failed. Nothing of the
+// command runs until Process.Start; Kill and Wait end a sandbox that never
+// starts.
+func Create(cfg *Config) (*Process, error) {
 	if err := checkNamespaces(cfg.Spec); err != nil {
 		return nil, err
 	}
 	return startC(cfg) // cstart_linux.go
+}
+
+// Start releases an init that Create left waiting: it loads the filter
+// and starts the command. It returns once the command runs (or could not
+// be started: Wait then reports the shell-style status), or with the
+// error that ended the sandbox, which is then gone.
+func (p *Process) Start() error {
+	if p.release == nil {
+		return errors.New("nsinit: the sandbox was started already")
+	}
+	release := p.release
+	p.release = nil
+	return release()
 }
 
 // awaitStarted reads the child's setup reports until the command runs.

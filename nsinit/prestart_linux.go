@@ -218,19 +218,24 @@ func adoptPrestart(cfg *Config, pre cinit.Prestart, awaitProg func() (*seccomp.P
 	}
 	p.setForwarder(cfg.Forwarder)
 	p.prog, p.onViolation = prog, cfg.OnViolation
-	werr := unix.Sendmsg(pre.Sock, release, oob, nil, 0)
-	p, err = p.awaitStarted(werr)
-	if err == nil && p.pending == nil && cfg.Express != nil {
-		// A spawn that no longer qualifies (a warning, say) must not
-		// leave the record of one that did.
-		switch x := cfg.Express(); {
-		case x == nil || pre.NoExpress:
-			_ = os.Remove(pre.Path + expressSuffix)
-		case !pre.ExpressHeld:
-			cacheExpress(pre, release, x)
+	p.release = func() error {
+		werr := unix.Sendmsg(pre.Sock, release, oob, nil, 0)
+		if _, err := p.awaitStarted(werr); err != nil {
+			return err
 		}
+		if p.pending == nil && cfg.Express != nil {
+			// A spawn that no longer qualifies (a warning, say) must not
+			// leave the record of one that did.
+			switch x := cfg.Express(); {
+			case x == nil || pre.NoExpress:
+				_ = os.Remove(pre.Path + expressSuffix)
+			case !pre.ExpressHeld:
+				cacheExpress(pre, release, x)
+			}
+		}
+		return nil
 	}
-	return p, err
+	return p, nil
 }
 
 // expressSuffix names the express record next to its plan image.

@@ -882,7 +882,7 @@ static int readonly_path(struct ctx *c, int rootfd, const char *p)
 /* is_root: m binds the root template as the root (mounts.RootTemplate). */
 static int is_root(const struct ar_mount *m)
 {
-	return m->kind == AR_MOUNT_BIND && strcmp(m->type, "agentrun-root-template") == 0;
+	return m->kind == AR_MOUNT_BIND && strcmp(m->type, AR_TYPE_ROOT_TEMPLATE) == 0;
 }
 
 /* clone_template clones the root template (mounts.cloneTemplate), opened

@@ -24,6 +24,10 @@ struct stat;
  * contract's 125 (agentrun.ExitSetupFailed, checked by a test). */
 #define AR_EXIT_SETUP_FAILED 125
 
+/* The OCI mount type of the root template's bind (mounts.TypeRootTemplate,
+ * checked by a test). */
+#define AR_TYPE_ROOT_TEMPLATE "agentrun-root-template"
+
 enum {
 	AR_MOUNT_BIND = 1,    /* attach a clone of a host path (or a prepared tree) */
 	AR_MOUNT_FS = 2,      /* new filesystem instance via fsopen/fsmount */

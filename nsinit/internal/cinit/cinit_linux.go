@@ -40,6 +40,10 @@ const (
 // built (cinit.h's AR_EXIT_SETUP_FAILED).
 const ExitSetupFailed = C.AR_EXIT_SETUP_FAILED
 
+// TypeRootTemplate is the mount type the init binds as the root template
+// (cinit.h's AR_TYPE_ROOT_TEMPLATE).
+const TypeRootTemplate = C.AR_TYPE_ROOT_TEMPLATE
+
 // MaxEntries bounds the fds, mounts and devices of a Plan.
 const MaxEntries = C.AR_MAX_ENTRIES
 

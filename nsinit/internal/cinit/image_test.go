@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/agentrun/agentrun/internal/passenv"
+	"github.com/agentrun/agentrun/mounts"
 )
 
 // TestPassEnvMatches: the constructor keys on the variables that reach the
@@ -32,7 +33,7 @@ func fullPlan() (*Plan, []Prep, IDMaps) {
 			{Kind: Bind, Type: "bind", Dest: "/usr", Source: "/usr", FD: -1, Recursive: true, Attr: 1},
 			{Kind: Bind, Type: "bind", Dest: "/workspace", Source: "/tmp/ws", FD: 4},
 			{Kind: Symlink, Type: "symlink", Dest: "/bin", Source: "usr/bin", FD: -1},
-			{Kind: Copy, Type: "agentrun-copy", Dest: "/etc/passwd", Source: "/etc/passwd", FD: -1},
+			{Kind: Copy, Type: mounts.TypeCopy, Dest: "/etc/passwd", Source: "/etc/passwd", FD: -1},
 		},
 		Devices:  []Device{{Path: "/dev/null", Dest: "/dev/null"}},
 		Masked:   []string{"/proc/kcore", "/proc/keys"},
