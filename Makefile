@@ -63,7 +63,8 @@ integration-noloader:
 	@echo "== integration, the init without its loader thread, as $$(id -un)"
 	AGENTRUN_BIN=$(CURDIR)/bin/noloader/agentrun $(GO) test -count=1 ./integration/
 
-# Runs the integration suite as the unprivileged $(TEST_USER) (root only).
+# Runs the integration suite, and the lifecycle's tests of real sandboxes,
+# as the unprivileged $(TEST_USER) (root only).
 integration-rootless: build
 	rm -rf $(ROOTLESS_DIR) && mkdir -m 755 $(ROOTLESS_DIR)
 	install -m 0755 $(BIN) $(ROOTLESS_DIR)/agentrun
@@ -72,7 +73,7 @@ integration-rootless: build
 	@echo "== integration, as $(TEST_USER)"
 	AGENTRUN_TEST_USER=$(TEST_USER) AGENTRUN_BIN=$(ROOTLESS_DIR)/agentrun \
 		AGENTRUN_ATTACKER=$(ROOTLESS_DIR)/attacker \
-		$(GO) test -count=1 -exec $(CURDIR)/.ci/as-user ./integration/
+		$(GO) test -count=1 -exec $(CURDIR)/.ci/as-user ./integration/ ./lifecycle/
 	rm -rf $(ROOTLESS_DIR)
 
 lint:

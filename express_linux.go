@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/agentrun/agentrun/cgroups"
+	"github.com/agentrun/agentrun/lifecycle"
 	"github.com/agentrun/agentrun/nsinit"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -171,18 +172,26 @@ func recordedHostInfo(p *Policy, r *hostRecorder) (*HostInfo, error) {
 
 // expressFor returns the express record's inputs for a spawn that ran with
 // these options, or nil when the express path could not give the same
-// outcome (see Options.Express). warned: a warning was printed.
+// outcome (see Options.Express).
 //
 // The sandbox has either one v1 cgroup, in the pids hierarchy alone, with
-// a pids limit only, or none, for the reason und (set only then) gives.
-func expressFor(spec *specs.Spec, timeout int64, opts Options, rec *hostRecorder, cg *cgroups.Cgroup, und *cgroups.Undelegated, warned bool) *nsinit.Express {
-	if rec == nil || rec.unsupported || warned || timeout != 0 || !opts.SkipUsage || !opts.SkipViolations ||
+// a pids limit only, or none, for the reason in.Undelegated gives.
+func expressFor(spec *specs.Spec, timeout int64, opts Options, rec *hostRecorder, in lifecycle.ExpressInputs) *nsinit.Express {
+	if rec == nil || rec.unsupported || in.Warned || in.TemplateSkipped || timeout != 0 || !opts.SkipUsage || !opts.SkipViolations ||
 		opts.OnViolation != nil || !opts.KeepSignals || len(opts.ForwardSignals) == 0 || opts.StartAfter != nil ||
 		opts.Signals != nil || !nsinit.HasNamespace(spec, specs.PIDNamespace) {
 		return nil
 	}
+	if in.TemplateDir != "" {
+		// The express path opens the template by its path: a template
+		// swept and built again there is another directory.
+		if _, err := rec.lstat(in.TemplateDir); err != nil {
+			return nil
+		}
+	}
+	cg := in.Cgroup
 	if cg == nil {
-		return expressUndelegated(spec, opts, rec, und)
+		return expressUndelegated(spec, opts, rec, in.Undelegated)
 	}
 	if cg.V2() || len(cg.Paths()) != 1 || !slices.Equal(cg.Controllers(0), []string{cgroups.Pids}) || cg.Record() == "" {
 		return nil

@@ -7,19 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/agentrun/agentrun/cgroups"
 	"github.com/agentrun/agentrun/internal/statedir"
-	"github.com/agentrun/agentrun/mounts"
+	"github.com/agentrun/agentrun/lifecycle"
 	"github.com/agentrun/agentrun/nsinit"
 	"github.com/agentrun/agentrun/probe"
 	"github.com/agentrun/agentrun/seccomp"
@@ -179,166 +175,6 @@ func forwarder(opts Options) (*nsinit.Forwarder, error) {
 	return fw, nil
 }
 
-// sandboxCgroup creates the sandbox's cgroup. Requested limits that this
-// host or caller cannot enforce fail closed. A default pids limit applies
-// unless the spec sets one; without requested limits it applies wherever
-// cgroups are usable, and the sandbox runs without a cgroup (reported as
-// limits "none") where they are not.
-//
-// limitsOnly: nothing reads the usage, and the kernel ends the sandbox
-// through its PID namespace, so a v1 sandbox needs only the hierarchies
-// that enforce its limits (cgroups.Options.LimitsOnly).
-//
-// und, set only with no cgroup, is that outcome's reason when the express
-// path can re-check it (cgroups.Undelegated).
-func sandboxCgroup(spec *specs.Spec, limitsOnly bool) (cg *cgroups.Cgroup, und *cgroups.Undelegated, err error) {
-	var requested *specs.LinuxResources
-	if spec.Linux != nil {
-		requested = spec.Linux.Resources
-	}
-	// The holder keeps a rootless caller's transient systemd scope alive
-	// (see cgroups/scope_linux.go).
-	mgr, err := cgroups.NewManager(cgroups.Options{ScopeHolder: nsinit.HoldCommand, LimitsOnly: limitsOnly})
-	if err != nil {
-		if requested != nil {
-			return nil, nil, err
-		}
-		return nil, nil, nil
-	}
-	// Leftovers of runtimes killed with SIGKILL; nothing to do is one ReadDir.
-	_, _ = mgr.Sweep()
-	// The default pids limit also applies next to the limits a policy sets
-	// (--memory alone must not leave fork bombs unbounded). A spec that
-	// says something about pids, "unlimited" (0 or -1) included, keeps it.
-	res := requested
-	if res == nil || res.Pids == nil || res.Pids.Limit == nil {
-		var r specs.LinuxResources
-		if res != nil {
-			r = *res
-		}
-		limit := int64(cgroups.DefaultPidsLimit)
-		r.Pids = &specs.LinuxPids{Limit: &limit}
-		res = &r
-	}
-	// The id only has to be unique (mkdir and the state record refuse a
-	// taken one): math/rand's generator, seeded by the runtime, costs no
-	// system call, where crypto/rand's first use sets up per-thread state.
-	id := fmt.Sprintf("sbx-%d-%016x", os.Getpid(), rand.Uint64())
-	cg, err = mgr.Create(id, res)
-	var unusable *cgroups.UnusableError
-	if err != nil && errors.As(err, &unusable) && res != requested {
-		// The default cannot apply here (no usable pids controller):
-		// what was requested still must, and nothing else.
-		if requested == nil {
-			if u, ok := mgr.Undelegated(); ok {
-				und = &u
-			}
-			return nil, und, nil
-		}
-		cg, err = mgr.Create(id, requested)
-		return cg, nil, err
-	}
-	return cg, nil, err
-}
-
-// rootTemplate returns spec with its root bound from a root template
-// (mounts/template_linux.go), and the template, held, or spec and nil when
-// it gets none. A template only saves work: without one the root is built
-// in a fresh tmpfs, as strong, so the reasons not to use one are not
-// errors.
-func rootTemplate(spec *specs.Spec, opts Options, rec *hostRecorder) (*specs.Spec, *mounts.Template) {
-	if v := os.Getenv("AGENTRUN_TEMPLATE"); opts.NoRootTemplate || v == "0" || v == "off" ||
-		spec.Root != nil || spec.Annotations[mounts.AnnotationRootfs] != "tmpfs" {
-		return spec, nil
-	}
-	euid := os.Geteuid()
-	root := statedir.Root(euid)
-	// Not in the fallback state directory in $TMPDIR: cleaners age files
-	// out there, the empty mount points first, and the template would
-	// break under sandboxes. /run and $XDG_RUNTIME_DIR have none.
-	if euid != 0 && root != filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "agentrun") {
-		return spec, nil
-	}
-	// The init opens the template by its path. A rootless init is the
-	// caller, and the state directory its own; a root-mode init is an id
-	// of the sandbox's range, which may pass through but not list a
-	// directory of root's. The locks stay private in either case.
-	dir, mode, locks := filepath.Join(root, "templates"), os.FileMode(0o700), filepath.Join(root, "template-locks")
-	if euid == 0 {
-		dir, mode = root+"-templates", 0o711
-	}
-	if writesTo(spec, dir) {
-		// It would write to every other sandbox's root.
-		return spec, nil
-	}
-	// From here on, a spawn goes without its template only for a passing
-	// reason (a file changed a moment ago, a lock someone holds). Its
-	// plan must not become an express record, which would keep the
-	// slower tmpfs root for every later spawn with the same flags.
-	passing := func(err error) (*specs.Spec, *mounts.Template) {
-		slog.Debug("agentrun: no root template", "reason", err)
-		if rec != nil {
-			rec.unsupported = true
-		}
-		return spec, nil
-	}
-	skel, err := mounts.SkeletonOf(spec, time.Now())
-	var nt *mounts.NotTemplatableError
-	if errors.As(err, &nt) && !nt.Passing {
-		// This spec never gets one: its tmpfs root is the plan.
-		slog.Debug("agentrun: no root template", "reason", err)
-		return spec, nil
-	}
-	if err != nil {
-		return passing(err)
-	}
-	if err := templateDirs(euid, dir, mode, locks); err != nil {
-		return passing(err)
-	}
-	t, err := mounts.AcquireTemplate(dir, locks, skel)
-	if err != nil {
-		return passing(err)
-	}
-	if rec != nil {
-		// The express path opens the template by its path: a template
-		// swept and built again there is another directory.
-		if _, err := rec.lstat(t.Dir); err != nil {
-			rec.unsupported = true
-		}
-	}
-	return skel.Spec(spec, t), t
-}
-
-// templateDirs makes the directories of the templates and their locks.
-// Their paths must hold no symlink: the init and start_core open them
-// without following any.
-func templateDirs(euid int, dir string, mode os.FileMode, locks string) error {
-	for _, d := range []string{dir, locks} {
-		if err := statedir.Ensure(d, euid); err != nil {
-			return err
-		}
-		if real, err := filepath.EvalSymlinks(d); err != nil || real != d {
-			return fmt.Errorf("the path %s holds a symlink", d)
-		}
-	}
-	// Ensure made it 0700; a root-mode init passes through (0711).
-	if fi, err := os.Lstat(dir); err != nil || fi.Mode().Perm() == mode {
-		return err
-	}
-	return os.Chmod(dir, mode)
-}
-
-// writesTo reports whether a read-write bind of spec holds dir, or lies
-// in it.
-func writesTo(spec *specs.Spec, dir string) bool {
-	for _, m := range spec.Mounts {
-		if m.Type == "bind" && !slices.Contains(m.Options, "ro") && (statedir.Within(dir, m.Source) || statedir.Within(m.Source, dir)) {
-			return true
-		}
-	}
-	return false
-}
-
 // memoryLimited reports whether the spec sets a memory limit, whose OOM
 // kills Stats tells.
 func memoryLimited(spec *specs.Spec) bool {
@@ -369,105 +205,42 @@ func RunSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 	return runSpec(ctx, spec, timeout, opts, start, fw, nil)
 }
 
-// runSpec runs spec; rec, when set, holds the host reads its plan came
-// from, for the express record (Options.Express).
+// runSpec runs spec in an anonymous sandbox of the lifecycle: created,
+// started, waited for and deleted. rec, when set, holds the host reads its
+// plan came from, for the express record (Options.Express).
 func runSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts Options, start time.Time, fw *nsinit.Forwarder, rec *hostRecorder) (*Result, error) {
-	// The cgroup is made while nsinit prepares the mounts; the clone waits
-	// for it (CgroupReady).
-	type made struct {
-		cg    *cgroups.Cgroup
-		und   *cgroups.Undelegated
-		place *nsinit.CgroupPlacement
-		err   error
-	}
-	madeCh := make(chan made, 1)
-	go func() {
-		cg, und, err := sandboxCgroup(spec, opts.SkipUsage && nsinit.HasNamespace(spec, specs.PIDNamespace))
-		if err != nil || cg == nil {
-			madeCh <- made{und: und, err: err}
-			return
-		}
-		tasks, err := cg.OpenTasks()
-		if err != nil {
-			_ = cg.Delete()
-			madeCh <- made{err: err}
-			return
-		}
-		madeCh <- made{cg: cg, place: &nsinit.CgroupPlacement{FD: cg.FD(), Add: cg.Add, Tasks: tasks}}
-	}()
-	cgroup := sync.OnceValue(func() made { return <-madeCh })
-	defer func() {
-		m := cgroup()
-		if m.place != nil {
-			for _, f := range m.place.Tasks {
-				f.Close()
-			}
-		}
-		if m.cg != nil {
-			_ = m.cg.Delete()
-		}
-	}()
-
-	// A copy of spec: the cgroup's goroutine reads spec meanwhile.
-	initSpec, tmpl := rootTemplate(spec, opts, rec)
-	if tmpl != nil {
-		// Held until the sandbox is gone; the init holds its own copy.
-		defer tmpl.Close()
-	}
-	if opts.SeccompCache == nil {
-		opts.SeccompCache = &seccomp.DiskCache{Dir: filepath.Join(statedir.Root(os.Geteuid()), "seccomp")}
-	}
-	var warned atomic.Bool
-	warn := func(m string) {
-		warned.Store(true)
-		if opts.Warn != nil {
-			opts.Warn(m)
-		}
-	}
-	cfg := &nsinit.Config{
-		Spec: initSpec, Stdin: opts.Stdin, Stdout: opts.Stdout, Stderr: opts.Stderr,
-		Warn: warn, UsernsBlocker: probe.UsernsBlockerFor,
+	lo := lifecycle.Options{
+		Stdin: opts.Stdin, Stdout: opts.Stdout, Stderr: opts.Stderr,
+		Warn: opts.Warn, UsernsBlocker: probe.UsernsBlockerFor,
 		SeccompCache: opts.SeccompCache, Forwarder: fw,
-		// Every start path asks for the placement before it lets the
-		// command start, so StartAfter is waited for here too.
-		CgroupReady: func() (*nsinit.CgroupPlacement, error) {
-			if err := awaitStartAfter(ctx, opts.StartAfter); err != nil {
-				return nil, err
-			}
-			m := cgroup()
-			if m.err != nil {
-				return nil, m.err
-			}
-			return m.place, nil
-		},
+		LimitsOnly: opts.SkipUsage, NoRootTemplate: opts.NoRootTemplate,
 	}
 	if rec != nil && ctx.Done() == nil {
-		cfg.Express = func() *nsinit.Express {
-			m := cgroup()
-			return expressFor(spec, int64(timeout), opts, rec, m.cg, m.und, warned.Load())
+		lo.Express = func(in lifecycle.ExpressInputs) *nsinit.Express {
+			return expressFor(spec, int64(timeout), opts, rec, in)
 		}
 	}
 	// Reports are collected unless the caller skips them; the listener
 	// answers EPERM, the same as the plain filter does.
-	if !opts.SkipViolations || opts.OnViolation != nil {
-		cfg.OnViolation = func(e seccomp.Event) {
+	watched := !opts.SkipViolations || opts.OnViolation != nil
+	if watched {
+		lo.OnViolation = func(e seccomp.Event) {
 			if opts.OnViolation != nil {
 				opts.OnViolation(syscallViolation(e))
 			}
 		}
 	}
-	proc, err := nsinit.Start(cfg)
-	if m := cgroup(); m.err != nil {
-		return nil, &SetupError{Step: "cgroups", Err: m.err}
-	}
+	sb, err := lifecycle.Create(ctx, spec, lo)
 	if err != nil {
-		var se *nsinit.StepError
-		if errors.As(err, &se) {
-			return nil, &SetupError{Step: se.Step, Err: errors.New(se.Msg)}
-		}
-		return nil, &SetupError{Step: "start", Err: err}
+		return nil, setupError(err)
 	}
-	cg := cgroup().cg
+	defer sb.Delete()
+	if err := awaitStartAfter(ctx, opts.StartAfter); err != nil {
+		return nil, err
+	}
+	if err := sb.Start(); err != nil {
+		return nil, setupError(err)
+	}
 
 	var timedOut atomic.Bool
 	stop := make(chan struct{})
@@ -485,9 +258,9 @@ func runSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 				return
 			case <-timer:
 				timedOut.Store(true)
-				_ = proc.Kill()
+				_ = sb.Kill()
 			case <-ctx.Done():
-				_ = proc.Kill()
+				_ = sb.Kill()
 				return
 			case s, ok := <-opts.Signals:
 				if !ok {
@@ -495,52 +268,39 @@ func runSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 					continue
 				}
 				if sig, ok := s.(syscall.Signal); ok {
-					_ = proc.Signal(sig)
+					_ = sb.Signal(sig)
 				}
 			}
 		}
 	}()
 
-	exit, err := proc.Wait()
+	exit, err := sb.Wait()
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{ExitCode: exit.Code, Signal: exit.Signal, Limits: "none", Seccomp: spec.Annotations[AnnotationSeccomp], Prestart: proc.Prestart()}
+	res := &Result{ExitCode: exit.Code, Signal: exit.Signal, Limits: sb.Limits(), Seccomp: spec.Annotations[AnnotationSeccomp], Prestart: sb.Prestart()}
 	if c := spec.Process.Capabilities; c != nil {
 		res.Capabilities = c.Ambient
 	}
 	switch {
 	case spec.Linux == nil || spec.Linux.Seccomp == nil:
 		res.ViolationsStatus = "unavailable: no seccomp filter (unconfined)"
-	case cfg.OnViolation == nil:
+	case !watched:
 		res.ViolationsStatus = "skipped"
 	default:
 		res.ViolationsStatus = "collected"
 	}
-	for _, e := range proc.Violations() {
+	for _, e := range sb.Violations() {
 		res.Violations = append(res.Violations, syscallViolation(e))
 	}
-	if cg != nil {
-		// With a PID namespace nothing of the sandbox outlives init: the
-		// kernel kills and reaps the namespace before init's exit is
-		// reported. Without one, the cgroup kill takes down what is left,
-		// and must precede the stats.
-		if !nsinit.HasNamespace(spec, specs.PIDNamespace) {
-			_ = cg.Kill()
-		}
-		res.Limits = "cgroup-v1"
-		if cg.V2() {
-			res.Limits = "cgroup-v2"
-		}
-		// With SkipUsage only the sandbox's own memory limit is read for
-		// OOM kills: without one the sandbox is in no memory cgroup of
-		// its own, and an outer limit's kill shows as the signal alone.
-		if !opts.SkipUsage || memoryLimited(spec) {
-			if st, err := cg.Stats(); err == nil {
-				res.OOMKilled = st.OOMKilled
-				if !opts.SkipUsage {
-					res.MemoryPeakBytes, res.CPUUsageUS, res.PidsPeak = st.MemoryPeakBytes, st.CPUUsageUS, st.PidsPeak
-				}
+	// With SkipUsage only the sandbox's own memory limit is read for OOM
+	// kills: without one the sandbox is in no memory cgroup of its own,
+	// and an outer limit's kill shows as the signal alone.
+	if !opts.SkipUsage || memoryLimited(spec) {
+		if st, ok := sb.Stats(); ok {
+			res.OOMKilled = st.OOMKilled
+			if !opts.SkipUsage {
+				res.MemoryPeakBytes, res.CPUUsageUS, res.PidsPeak = st.MemoryPeakBytes, st.CPUUsageUS, st.PidsPeak
 			}
 		}
 	}
@@ -550,4 +310,17 @@ func runSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 		res.ExitCode = ExitTimeout
 	}
 	return res, nil
+}
+
+// setupError turns the lifecycle's failure to build or start a sandbox
+// into a *SetupError; a cancelled context stays what it is.
+func setupError(err error) error {
+	var se *lifecycle.StepError
+	if errors.As(err, &se) {
+		return &SetupError{Step: se.Step, Err: se.Err}
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return &SetupError{Step: "start", Err: err}
 }

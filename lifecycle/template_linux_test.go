@@ -1,6 +1,6 @@
 //go:build linux
 
-package agentrun
+package lifecycle
 
 import (
 	"os"
@@ -47,7 +47,7 @@ func TestRootTemplateWritableBind(t *testing.T) {
 	}
 	spec := bind(filepath.Dir(own), "rw")
 	spec.Annotations = map[string]string{mounts.AnnotationRootfs: "tmpfs"}
-	if got, tm := rootTemplate(spec, Options{}, nil); tm != nil || got != spec {
+	if got, tm, _ := rootTemplate(spec, false); tm != nil || got != spec {
 		if tm != nil {
 			tm.Close()
 		}

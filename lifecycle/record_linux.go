@@ -1,0 +1,287 @@
+//go:build linux
+
+package lifecycle
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/agentrun/agentrun/internal/procid"
+	"github.com/agentrun/agentrun/internal/statedir"
+	"golang.org/x/sys/unix"
+)
+
+// State is where a sandbox is in its life.
+type State string
+
+// The states of a sandbox, as its record and Sandbox.State report them.
+const (
+	// Creating: Create is building it; no init may exist yet.
+	Creating State = "creating"
+	// Created: the init has built the root and waits for Start.
+	Created State = "created"
+	// Running: the command was started.
+	Running State = "running"
+	// Stopped: the init has exited, or its owner died with it.
+	Stopped State = "stopped"
+)
+
+// recordVersion is the layout of Record; a record of another version is
+// refused rather than guessed at.
+const recordVersion = 1
+
+// Record is what a named sandbox keeps in its state directory: enough for
+// another process to find it, tell whether it still runs and signal it,
+// and for a sweep to clean up after an owner that died.
+type Record struct {
+	Version int    `json:"version"`
+	ID      string `json:"id"`
+	State   State  `json:"state"`
+	// Owner is the process that made the sandbox and holds it: the init
+	// dies with it (its parent death signal), and the sweep removes the
+	// record once it is gone.
+	Owner procid.ID `json:"owner"`
+	// Init is the sandbox's PID 1, once it exists.
+	Init    *procid.ID `json:"init,omitempty"`
+	Created time.Time  `json:"created"`
+	// Cgroup lists the sandbox's cgroup directories, if it has any.
+	Cgroup []string `json:"cgroup,omitempty"`
+}
+
+// ErrNotFound is returned by Load for an ID without a record.
+var ErrNotFound = errors.New("lifecycle: no sandbox with that id")
+
+// ErrExists is returned by Create for an ID that has a record already.
+var ErrExists = errors.New("lifecycle: a sandbox with that id exists")
+
+// idPattern is what a sandbox ID may be: a file name in the state
+// directory, so no slash, no leading dot, nothing a shell or a log line
+// would trip on.
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+// ValidID checks that id can name a sandbox.
+func ValidID(id string) error {
+	if !idPattern.MatchString(id) || strings.Contains(id, "..") {
+		return fmt.Errorf("lifecycle: invalid sandbox id %q: want 1-128 letters, digits, '_', '.' or '-', starting with a letter or digit, without \"..\"", id)
+	}
+	return nil
+}
+
+// StateDir is where the records of euid's sandboxes live.
+func StateDir(euid int) string {
+	return filepath.Join(statedir.Root(euid), "sandboxes")
+}
+
+func recordPath(dir, id string) string { return filepath.Join(dir, id+".json") }
+
+// createRecord stores a new record; the exclusive create refuses an ID in
+// use, so two creators of one ID cannot both go on.
+func createRecord(dir string, r *Record) (string, error) {
+	if err := statedir.Ensure(dir, os.Geteuid()); err != nil {
+		return "", fmt.Errorf("lifecycle: state directory: %w", err)
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return "", fmt.Errorf("lifecycle: record: %w", err)
+	}
+	path := recordPath(dir, r.ID)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return "", fmt.Errorf("%w: %q (%s)", ErrExists, r.ID, path)
+	}
+	if err != nil {
+		return "", fmt.Errorf("lifecycle: record: %w", err)
+	}
+	_, werr := f.Write(b)
+	if err := errors.Join(werr, f.Close()); err != nil {
+		os.Remove(path)
+		return "", fmt.Errorf("lifecycle: record: %w", err)
+	}
+	return path, nil
+}
+
+// rewriteRecord replaces the record at path atomically: a reader sees the
+// old one or the new one, never a torn one.
+func rewriteRecord(path string, r *Record) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("lifecycle: record: %w", err)
+	}
+	tmp := path + ".tmp" // not *.json: List and Sweep skip it
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("lifecycle: record: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("lifecycle: record: %w", err)
+	}
+	return nil
+}
+
+// Load reads the record of sandbox id in dir. Its State is what the
+// record says, corrected to Stopped when the init or the owner is gone.
+func Load(dir, id string) (*Record, error) {
+	if err := ValidID(id); err != nil {
+		return nil, err
+	}
+	r, err := readRecord(recordPath(dir, id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.State = r.observed()
+	return r, nil
+}
+
+// readRecord reads and checks one record file: a regular file of this
+// user's, named after the ID it holds, of a known version.
+func readRecord(path string) (*Record, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.Mode().IsRegular() || !ok || int(st.Uid) != os.Geteuid() || fi.Size() > 64<<10 {
+		return nil, fmt.Errorf("lifecycle: %s is not a record of this user's", path)
+	}
+	b := make([]byte, fi.Size())
+	if _, err := f.ReadAt(b, 0); err != nil && fi.Size() > 0 {
+		return nil, fmt.Errorf("lifecycle: read %s: %w", path, err)
+	}
+	var r Record
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("lifecycle: malformed record %s: %w", path, err)
+	}
+	if r.Version != recordVersion || ValidID(r.ID) != nil || filepath.Base(path) != r.ID+".json" {
+		return nil, fmt.Errorf("lifecycle: malformed record %s", path)
+	}
+	return &r, nil
+}
+
+// observed is the record's state as the processes it names tell it: a
+// sandbox whose init or owner is gone is stopped, whatever was written.
+func (r *Record) observed() State {
+	switch {
+	case r.State == Stopped:
+		return Stopped
+	case !r.Owner.Alive():
+		return Stopped
+	case r.Init != nil && !r.Init.Alive():
+		return Stopped
+	}
+	return r.State
+}
+
+// List reads every record in dir, sorted by ID. Files that are not valid
+// records are left out and reported in err, which does not stop the list.
+func List(dir string) ([]Record, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lifecycle: list: %w", err)
+	}
+	var out []Record
+	var errs []error
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		r, err := readRecord(filepath.Join(dir, e.Name()))
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) { // removed meanwhile
+				errs = append(errs, err)
+			}
+			continue
+		}
+		r.State = r.observed()
+		out = append(out, *r)
+	}
+	return out, errors.Join(errs...)
+}
+
+// Signal sends sig to the sandbox's init, which passes it on to the
+// command, through a pidfd checked to be that init: a pid that was reused
+// since the record was written is not signalled.
+func (r *Record) Signal(sig syscall.Signal) error {
+	if r.Init == nil {
+		return fmt.Errorf("lifecycle: sandbox %q has no init yet", r.ID)
+	}
+	fd, err := r.Init.Pidfd()
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.PidfdSendSignal(fd, sig, nil, 0)
+}
+
+// Sweep removes the records in dir whose owner died (killed with SIGKILL,
+// say) and kills an init of theirs that is still alive; the kernel has
+// normally done that already (the init's parent death signal), and the
+// cgroups' own sweep removes their cgroups. Records of owners in another
+// PID namespace are left alone. removed counts the records removed.
+func Sweep(dir string) (removed int, err error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("lifecycle: sweep: %w", err)
+	}
+	var errs []error
+	for _, e := range ents {
+		name := e.Name()
+		path := filepath.Join(dir, name)
+		if strings.HasSuffix(name, ".json.tmp") {
+			// A rewrite that its writer did not finish: stale once the
+			// record it belongs to is gone.
+			if _, err := os.Lstat(strings.TrimSuffix(path, ".tmp")); errors.Is(err, fs.ErrNotExist) {
+				os.Remove(path)
+			}
+			continue
+		}
+		if !strings.HasSuffix(name, ".json") {
+			continue
+		}
+		r, err := readRecord(path)
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if !r.Owner.Judgeable() || r.Owner.Alive() {
+			continue
+		}
+		if r.Init != nil {
+			if err := r.Signal(unix.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+				errs = append(errs, fmt.Errorf("lifecycle: sweep %s: kill init: %w", r.ID, err))
+				continue
+			}
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("lifecycle: sweep: %w", err))
+			continue
+		}
+		removed++
+	}
+	return removed, errors.Join(errs...)
+}
