@@ -45,8 +45,9 @@ type Options struct {
 	// Logger receives notes about skipped optional controllers and moved
 	// processes. Default: discarded.
 	Logger *slog.Logger
-	// SystemdTimeout bounds each conversation with the systemd user
-	// manager about a transient scope. Default DefaultSystemdTimeout.
+	// SystemdTimeout bounds the systemd user manager's answer to each
+	// request about a transient scope (see DefaultSystemdTimeout, the
+	// default).
 	SystemdTimeout time.Duration
 	// ScopeHolder makes the command that keeps a transient scope
 	// populated (rootless v2 without delegation): it must block until its
@@ -65,7 +66,8 @@ type Options struct {
 }
 
 // Manager creates sandbox cgroups on this host for this caller. It detects
-// the layout once and is immutable afterwards.
+// the layout once and is immutable afterwards, but for the connection to
+// the systemd user manager that its goroutines share.
 type Manager struct {
 	lay      layout
 	euid     int
@@ -78,8 +80,11 @@ type Manager struct {
 	log    *slog.Logger
 	self   owner
 	// sdEndpoints are where the caller's systemd user manager may listen
-	// (rootless only), for transient scopes; sdTimeout bounds each talk.
+	// (rootless only), for transient scopes; sd is the connection all
+	// goroutines share (opened on first use); sdTimeout bounds each
+	// request.
 	sdEndpoints []sdbus.Endpoint
+	sd          *sdbus.Client
 	sdTimeout   time.Duration
 	holder      func() *exec.Cmd
 	limitsOnly  bool
@@ -142,6 +147,7 @@ func NewManager(opts Options) (*Manager, error) {
 	}
 	if m.euid != 0 {
 		m.sdEndpoints = sdbus.UserManagerEndpoints(os.Getenv, m.euid)
+		m.sd = sdbus.NewClient(m.sdEndpoints, m.euid, m.sdTimeout)
 	}
 	return m, nil
 }
@@ -230,8 +236,7 @@ func (m *Manager) Check(res *specs.LinuxResources) error {
 	if err != nil {
 		return err
 	}
-	p, err := m.plan(l)
-	p.close()
+	_, err = m.plan(l)
 	return err
 }
 
@@ -437,7 +442,6 @@ func (m *Manager) Info() Info {
 		root, _ := readList(filepath.Join(m.lay.v2.mount, "cgroup.controllers"))
 		inf.Available = append(inf.Available, root...)
 		if p, err := m.planV2(nil); err == nil {
-			p.close()
 			inf.Usable = append(inf.Usable, p.dirs[0].controllers...)
 			inf.Base = p.dirs[0].base
 			inf.Delegated = m.euid != 0

@@ -52,17 +52,32 @@ import (
 // so the scope empties and systemd stops it; its state record also names
 // the scope, so the next Sweep stops it for certain.
 
-// DefaultSystemdTimeout bounds each conversation with the systemd user
-// manager (connect, start the scope and wait for its job; or stop it).
+// All of a Manager's goroutines share one connection to the user manager
+// (Manager.sd, an sdbus.Client), opened on first use: each connection
+// costs the manager a handshake and, on its private socket, a copy of
+// every signal it sends while the connection is open.
+
+// DefaultSystemdTimeout bounds the user manager's answer to one request
+// (connect, start or stop the scope, move a process, read a property),
+// counted from when the request is sent, and the wait for one job. An
+// operation, with its repeated requests and its wait behind other
+// goroutines' requests, gets sdOpFactor times as long.
 const DefaultSystemdTimeout = 10 * time.Second
+
+// sdOpFactor is how many request timeouts one operation may take.
+const sdOpFactor = 3
+
+// sdContext bounds one operation with the user manager.
+func (m *Manager) sdContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), sdOpFactor*m.sdTimeout)
+}
 
 // scopeUnit is the name of the transient scope for sandbox id.
 func scopeUnit(id string) string { return "agentrun-" + id + ".scope" }
 
 // scopePlan is the part of a plan that goes through a transient scope.
 type scopePlan struct {
-	conn    *sdbus.Manager // open from plan until Create
-	manager string         // the user manager's cgroup directory
+	manager string // the user manager's cgroup directory
 }
 
 // scope is a Cgroup's transient-scope state.
@@ -76,13 +91,6 @@ type scope struct {
 	// started: StartTransientUnit was accepted (or, swept, may have been),
 	// so the unit must be stopped.
 	started bool
-}
-
-// close releases a plan's open connection (Check and Info never use it).
-func (p plan) close() {
-	if p.scope != nil && p.scope.conn != nil {
-		p.scope.conn.Close()
-	}
 }
 
 // noScopeMsg is the refusal for a rootless caller on v2 whose cgroup is
@@ -106,7 +114,7 @@ func (m *Manager) v2Dir(cg string) (string, error) {
 // planScope plans a sandbox cgroup inside a transient scope of the user
 // manager. It checks what it can before anything exists: the manager
 // answers, its own cgroup is delegated to it, and it has the controllers
-// that req needs. The plan holds the open connection.
+// that req needs.
 func (m *Manager) planScope(req []string, base string) (plan, error) {
 	if _, ok := sdbus.Reachable(m.sdEndpoints); !ok {
 		where := ""
@@ -115,36 +123,31 @@ func (m *Manager) planScope(req []string, base string) (plan, error) {
 		}
 		return plan{}, unusable(ErrNoDelegation, m.noScopeMsg(base, "no systemd user manager is reachable"+where))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), m.sdTimeout)
+	ctx, cancel := m.sdContext()
 	defer cancel()
-	conn, err := sdbus.DialManager(ctx, m.sdEndpoints, m.euid)
-	if err != nil {
+	cg, err := m.sd.ControlGroup(ctx)
+	if errors.Is(err, sdbus.ErrNoManager) {
 		return plan{}, unusable(ErrNoDelegation, m.noScopeMsg(base, fmt.Sprintf("the systemd user manager does not answer (%v)", err)))
 	}
-	fail := func(err error) (plan, error) {
-		conn.Close()
-		return plan{}, err
-	}
-	cg, err := conn.ControlGroup(ctx)
 	if err != nil {
-		return fail(unusable(ErrNoDelegation, m.noScopeMsg(base, fmt.Sprintf("the systemd user manager does not say where its cgroup is (%v)", err))))
+		return plan{}, unusable(ErrNoDelegation, m.noScopeMsg(base, fmt.Sprintf("the systemd user manager does not say where its cgroup is (%v)", err)))
 	}
 	dir, err := m.v2Dir(cg)
 	if err != nil {
-		return fail(unusable(ErrNoDelegation, m.noScopeMsg(base, fmt.Sprintf("the systemd user manager's %v", err))))
+		return plan{}, unusable(ErrNoDelegation, m.noScopeMsg(base, fmt.Sprintf("the systemd user manager's %v", err)))
 	}
 	if err := writable(filepath.Join(dir, "cgroup.subtree_control")); err != nil {
-		return fail(unusable(ErrNoDelegation, m.noScopeMsg(base,
-			fmt.Sprintf("the systemd user manager's own cgroup %s is not delegated to it (Delegate=yes on user@.service)", dir))))
+		return plan{}, unusable(ErrNoDelegation, m.noScopeMsg(base,
+			fmt.Sprintf("the systemd user manager's own cgroup %s is not delegated to it (Delegate=yes on user@.service)", dir)))
 	}
 	avail, err := readList(filepath.Join(dir, "cgroup.controllers"))
 	if err != nil {
-		return fail(fmt.Errorf("cgroups: %w", err))
+		return plan{}, fmt.Errorf("cgroups: %w", err)
 	}
 	if missing := without(req, avail); len(missing) > 0 {
-		return fail(unusable(ErrNoController, fmt.Sprintf(
+		return plan{}, unusable(ErrNoController, fmt.Sprintf(
 			"the cgroup v2 %s controller is not delegated to the systemd user manager (%s has: %s): add it with a drop-in for user@.service (systemctl edit user@.service: [Service] Delegate=pids memory cpu)",
-			missing[0], dir, orNone(avail))))
+			missing[0], dir, orNone(avail)))
 	}
 	d := planDir{base: dir}
 	for _, c := range v2Wanted() {
@@ -152,7 +155,7 @@ func (m *Manager) planScope(req []string, base string) (plan, error) {
 			d.controllers = append(d.controllers, c)
 		}
 	}
-	return plan{v2: true, req: req, dirs: []planDir{d}, scope: &scopePlan{conn: conn, manager: dir}}, nil
+	return plan{v2: true, req: req, dirs: []planDir{d}, scope: &scopePlan{manager: dir}}, nil
 }
 
 // holdLeaf is the holder's cgroup inside the scope; validID never makes
@@ -161,8 +164,6 @@ const holdLeaf = ".hold"
 
 // createScope is Create for a plan through a transient scope.
 func (m *Manager) createScope(id string, p plan, l limits) (_ *Cgroup, err error) {
-	conn := p.scope.conn
-	defer conn.Close()
 	if m.holder == nil {
 		return nil, unusable(ErrNoDelegation, m.noScopeMsg(p.scope.manager, "no scope holder process is configured (cgroups.Options.ScopeHolder)"))
 	}
@@ -188,11 +189,6 @@ func (m *Manager) createScope(id string, p plan, l limits) (_ *Cgroup, err error
 	if err := s.startHolder(); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), m.sdTimeout)
-	defer cancel()
-	if err := conn.Subscribe(ctx); err != nil {
-		return nil, fmt.Errorf("cgroups: systemd user manager: %w", err)
-	}
 	props := []sdbus.Property{
 		{Name: "Description", Value: sdbus.Variant{Sig: "s", Value: "agentrun sandbox " + id}},
 		{Name: "PIDs", Value: sdbus.Variant{Sig: "au", Value: []uint32{uint32(s.hold.Process.Pid)}}},
@@ -203,7 +199,9 @@ func (m *Manager) createScope(id string, p plan, l limits) (_ *Cgroup, err error
 		// kills at once, as agentrun's own kill does.
 		{Name: "KillSignal", Value: sdbus.Variant{Sig: "i", Value: int32(unix.SIGKILL)}},
 	}
-	job, err := conn.StartTransientUnit(ctx, unit, "fail", props)
+	ctx, cancel := m.sdContext()
+	defer cancel()
+	result, err := m.sd.StartTransientUnit(ctx, unit, props)
 	var refused *sdbus.Error
 	switch {
 	case errors.As(err, &refused):
@@ -212,13 +210,9 @@ func (m *Manager) createScope(id string, p plan, l limits) (_ *Cgroup, err error
 	case err != nil:
 		// No answer: the unit may exist all the same, so Delete stops it.
 		s.started = true
-		return nil, fmt.Errorf("cgroups: systemd user manager: %w", err)
-	}
-	s.started = true
-	result, err := conn.WaitJob(ctx, job)
-	if err != nil {
 		return nil, fmt.Errorf("cgroups: systemd user manager: scope %s: %w", unit, err)
 	}
+	s.started = true
 	if result != "done" {
 		return nil, unusable(ErrNoDelegation, fmt.Sprintf(
 			"the systemd user manager could not start scope %s for the sandbox's cgroup (job %s; see journalctl --user -u %[1]s): run agentrun under systemd-run --user --scope -p Delegate=yes instead", unit, result))
@@ -272,14 +266,9 @@ func (m *Manager) createScope(id string, p plan, l limits) (_ *Cgroup, err error
 // attach has the user manager move pid into the sandbox's cgroup and
 // checks that it got there.
 func (s *scope) attach(id string, pid int) error {
-	ctx, cancel := context.WithTimeout(context.Background(), s.m.sdTimeout)
+	ctx, cancel := s.m.sdContext()
 	defer cancel()
-	conn, err := sdbus.DialManager(ctx, s.m.sdEndpoints, s.m.euid)
-	if err != nil {
-		return fmt.Errorf("cgroups: add pid %d: %w", pid, err)
-	}
-	defer conn.Close()
-	if err := conn.AttachProcessesToUnit(ctx, s.unit, "/"+id, []uint32{uint32(pid)}); err != nil {
+	if err := s.m.sd.AttachProcessesToUnit(ctx, s.unit, "/"+id, []uint32{uint32(pid)}); err != nil {
 		return fmt.Errorf("cgroups: add pid %d: the systemd user manager could not move it into its scope: %w", pid, err)
 	}
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
@@ -361,35 +350,19 @@ func (c *Cgroup) scopeDir(pid int) (string, error) {
 // scope left to stop (it lives and dies with its manager).
 func (s *scope) stop(log func(msg string, args ...any)) error {
 	s.endHolder()
-	if !s.started {
-		return nil
+	if !s.started || s.m.sd == nil {
+		return nil // not started, or not rootless: no user manager's unit
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.m.sdTimeout)
+	ctx, cancel := s.m.sdContext()
 	defer cancel()
-	conn, err := sdbus.DialManager(ctx, s.m.sdEndpoints, s.m.euid)
-	if err != nil {
+	err := s.m.sd.StopUnit(ctx, s.unit)
+	if errors.Is(err, sdbus.ErrNoManager) {
 		log("cgroups: cannot reach the systemd user manager to stop the scope", "unit", s.unit, "err", err)
 		s.started = false
 		return nil
 	}
-	defer conn.Close()
-	if err := conn.Subscribe(ctx); err != nil {
-		return fmt.Errorf("cgroups: stop %s: %w", s.unit, err)
-	}
-	job, err := conn.StopUnit(ctx, s.unit, "replace")
-	if sdbus.IsNoSuchUnit(err) {
-		s.started = false
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("cgroups: %w", err)
-	}
-	result, err := conn.WaitJob(ctx, job)
 	if err != nil {
 		return fmt.Errorf("cgroups: stop %s: %w", s.unit, err)
-	}
-	if result != "done" {
-		return fmt.Errorf("cgroups: stop %s: job %s", s.unit, result)
 	}
 	s.started = false
 	return nil

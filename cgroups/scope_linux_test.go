@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -121,8 +122,17 @@ func newFakeScopes(t *testing.T, configure func(f *sdbustest.Manager)) *fakeScop
 		}
 		return ""
 	}, 0)
-	m.sdTimeout = 3 * time.Second
-	return &fakeScopes{m: &m, fake: f, manager: dir}
+	fs := &fakeScopes{m: &m, fake: f, manager: dir}
+	fs.setTimeout(t, 3*time.Second)
+	return fs
+}
+
+// setTimeout gives fs's Manager a new connection to the fake with
+// request timeout d.
+func (fs *fakeScopes) setTimeout(t *testing.T, d time.Duration) {
+	fs.m.sdTimeout = d
+	fs.m.sd = sdbus.NewClient(fs.m.sdEndpoints, 0, d)
+	t.Cleanup(func() { fs.m.sd.Close() })
 }
 
 // create plans and creates a scope-backed cgroup the way Create does for
@@ -228,8 +238,12 @@ func TestScopeWithFakeManager(t *testing.T) {
 	if err := syscall.Kill(holder, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Errorf("holder %d still there after Delete: %v", holder, err)
 	}
-	if got := fs.members(); !reflect.DeepEqual(got, []string{"Get", "Subscribe", "StartTransientUnit", "AttachProcessesToUnit", "Subscribe", "StopUnit"}) {
+	// One connection, subscribed once, for the whole life of the sandbox.
+	if got := fs.members(); !reflect.DeepEqual(got, []string{"Subscribe", "Get", "StartTransientUnit", "AttachProcessesToUnit", "StopUnit"}) {
 		t.Errorf("calls %v", got)
+	}
+	if n := fs.fake.Dialed(); n != 1 {
+		t.Errorf("%d connections to the manager, want 1", n)
 	}
 }
 
@@ -255,7 +269,7 @@ func TestScopeErrors(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			fs := newFakeScopes(t, tc.configure)
-			fs.m.sdTimeout = 500 * time.Millisecond
+			fs.setTimeout(t, 500*time.Millisecond)
 			began := time.Now()
 			cg, err := fs.create(t, "broken", limits{})
 			if err == nil {
@@ -312,7 +326,7 @@ func TestScopePlanRefusals(t *testing.T) {
 		if !errors.Is(err, ErrNoController) || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "Delegate=pids memory cpu") {
 			t.Fatalf("got %v", err)
 		}
-		if got := fs.members(); !reflect.DeepEqual(got, []string{"Get"}) {
+		if got := fs.members(); !reflect.DeepEqual(got, []string{"Subscribe", "Get"}) {
 			t.Errorf("calls %v: nothing may be started", got)
 		}
 		if ents, _ := os.ReadDir(fs.m.stateDir); len(ents) != 0 {
@@ -444,5 +458,133 @@ func TestScopeRealUserManager(t *testing.T) {
 	}
 	if exists(dir) {
 		t.Errorf("scope %s left after Delete", dir)
+	}
+}
+
+// lifecycle runs one sandbox's whole life in a scope: Create, a process
+// placed by the manager (Add), Kill, Delete; and checks nothing is left.
+func (fs *fakeScopes) lifecycle(t *testing.T, id string) error {
+	cg, err := fs.create(t, id, limits{})
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("sleep", "300")
+	if err := cmd.Start(); err != nil {
+		cg.Delete()
+		return err
+	}
+	defer cmd.Wait()
+	if err := cg.Add(cmd.Process.Pid); err != nil {
+		cmd.Process.Kill()
+		cg.Delete()
+		return err
+	}
+	if err := cg.Kill(); err != nil {
+		cg.Delete()
+		return err
+	}
+	if err := cg.Delete(); err != nil {
+		return err
+	}
+	for _, p := range []string{filepath.Join(fs.manager, scopeUnit(id)), cg.record} {
+		if exists(p) {
+			return fmt.Errorf("%s left after Delete", p)
+		}
+	}
+	return nil
+}
+
+// TestScopeConcurrentSlowManager: sandboxes made and deleted by many
+// goroutines at once through a manager that takes a while over each
+// request. Each request gets its time limit (here well above what the
+// manager needs for one, well below what it needs for all of them) for
+// itself, not shared with the requests queued ahead of it, and all
+// goroutines share one connection.
+func TestScopeConcurrentSlowManager(t *testing.T) {
+	fs := newFakeScopes(t, func(f *sdbustest.Manager) { f.Latency = 60 * time.Millisecond })
+	fs.setTimeout(t, 600*time.Millisecond)
+	const workers, rounds = 8, 2
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range rounds {
+				if err := fs.lifecycle(t, fmt.Sprintf("slow-%d-%d", w, i)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := fs.fake.Dialed(); n != 1 {
+		t.Errorf("%d connections to the manager, want 1 shared by every goroutine", n)
+	}
+	if u := fs.fake.Units(); len(u) != 0 {
+		t.Errorf("units left: %v", u)
+	}
+}
+
+// TestScopeFaults: a request the manager never saw, an answer it never
+// sent, a connection it dropped: each is survived, by asking again where
+// that is safe, and a scope is never asked for twice once it exists.
+func TestScopeFaults(t *testing.T) {
+	first := func(member string, f sdbustest.Fault) func(c sdbustest.Call, n int) sdbustest.Fault {
+		return func(c sdbustest.Call, n int) sdbustest.Fault {
+			if c.Member == member && n == 1 {
+				return f
+			}
+			return sdbustest.Answer
+		}
+	}
+	cases := []struct {
+		name   string
+		faults func(c sdbustest.Call, n int) sdbustest.Fault
+		starts int // StartTransientUnit calls
+	}{
+		{"Get lost", first("Get", sdbustest.Lose), 1},
+		{"hangup on Get", first("Get", sdbustest.Hangup), 1},
+		{"hangup on Subscribe", first("Subscribe", sdbustest.Hangup), 1},
+		// The manager never saw it: the unit does not exist, so it is
+		// asked for again.
+		{"start lost", first("StartTransientUnit", sdbustest.Lose), 2},
+		{"hangup on start", first("StartTransientUnit", sdbustest.Hangup), 2},
+		// The manager made the scope, the answer was lost: the unit
+		// exists and is active, so it is used, not asked for again.
+		{"start answer lost", first("StartTransientUnit", sdbustest.Mute), 1},
+		// The job's end was lost with the connection.
+		{"hangup after start", first("StartTransientUnit", sdbustest.AnswerHangup), 1},
+		{"attach lost", first("AttachProcessesToUnit", sdbustest.Lose), 1},
+		{"hangup on attach", first("AttachProcessesToUnit", sdbustest.Hangup), 1},
+		{"stop answer lost", first("StopUnit", sdbustest.Mute), 1},
+		{"hangup on stop", first("StopUnit", sdbustest.Hangup), 1},
+		{"hangup after stop", first("StopUnit", sdbustest.AnswerHangup), 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := newFakeScopes(t, func(f *sdbustest.Manager) { f.Faults = tc.faults })
+			fs.setTimeout(t, 300*time.Millisecond)
+			if err := fs.lifecycle(t, "faulty"); err != nil {
+				t.Fatalf("%v (calls %v)", err, fs.members())
+			}
+			starts := 0
+			for _, c := range fs.fake.Calls() {
+				if c.Member == "StartTransientUnit" {
+					starts++
+				}
+			}
+			if starts != tc.starts {
+				t.Errorf("%d StartTransientUnit calls, want %d (calls %v)", starts, tc.starts, fs.members())
+			}
+			if u := fs.fake.Units(); len(u) != 0 {
+				t.Errorf("units left: %v", u)
+			}
+		})
 	}
 }

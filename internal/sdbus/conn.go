@@ -9,27 +9,41 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
 // Conn is one authenticated D-Bus connection, either peer-to-peer (a
-// service's private socket) or to a bus daemon (after Hello). It is not
-// safe for concurrent use: one goroutine calls at a time.
+// service's private socket) or to a bus daemon (after Hello). It is safe
+// for concurrent use: one goroutine reads every message, hands each reply
+// to the call with its serial number and each signal to the handler set
+// with OnSignal, so callers never wait behind another caller's reply.
 type Conn struct {
-	c      net.Conn
-	r      *bufio.Reader
-	serial uint32
+	c net.Conn
 	// bus is set when the peer is a bus daemon; unique is the name Hello
 	// gave us.
 	bus    bool
 	unique string
-	// watch selects the signals kept while waiting for a reply, so that
-	// WaitSignal sees those that arrived first. At most maxQueued.
-	watch  func(*Message) bool
-	queued []*Message
+
+	// wmu makes a message's serial and its write one step, so the peer
+	// sees serials in order and messages never interleave.
+	wmu    sync.Mutex
+	serial uint32
+	// writing is the serial being written, under dmu, so that a
+	// cancelled caller's late deadline change cannot hit the next writer.
+	dmu     sync.Mutex
+	writing uint32
+
+	mu       sync.Mutex
+	pending  map[uint32]chan *Message
+	onSignal func(*Message)
+	err      error         // why the connection ended; set before done closes
+	done     chan struct{} // closed once the connection is unusable
 }
 
-const maxQueued = 1024
+// ErrClosed is wrapped by the errors of calls on a connection that was
+// closed, by Close or because the peer hung up or sent garbage.
+var ErrClosed = errors.New("sdbus: connection closed")
 
 // maxAuthLine bounds a SASL line from the peer.
 const maxAuthLine = 512
@@ -44,22 +58,24 @@ func Dial(ctx context.Context, path string, uid int, bus bool) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sdbus: %w", err)
 	}
-	c := &Conn{c: nc, r: bufio.NewReader(nc), bus: bus}
-	if err := c.auth(ctx, uid); err != nil {
+	c := &Conn{c: nc, bus: bus, pending: map[uint32]chan *Message{}, done: make(chan struct{})}
+	r := bufio.NewReader(nc)
+	if err := c.auth(ctx, r, uid); err != nil {
 		nc.Close()
 		return nil, err
 	}
+	go c.read(r)
 	if bus {
 		reply, err := c.Call(ctx, &Message{
 			Type: TypeMethodCall, Destination: "org.freedesktop.DBus", Path: "/org/freedesktop/DBus",
 			Interface: "org.freedesktop.DBus", Member: "Hello",
 		})
 		if err != nil {
-			nc.Close()
+			c.Close()
 			return nil, fmt.Errorf("sdbus: Hello: %w", err)
 		}
 		if len(reply.Body) != 1 {
-			nc.Close()
+			c.Close()
 			return nil, fmt.Errorf("sdbus: Hello: unexpected reply signature %q", reply.Signature)
 		}
 		c.unique, _ = reply.Body[0].(string)
@@ -67,8 +83,38 @@ func Dial(ctx context.Context, path string, uid int, bus bool) (*Conn, error) {
 	return c, nil
 }
 
-// Close closes the connection.
-func (c *Conn) Close() error { return c.c.Close() }
+// Close closes the connection; calls waiting on it return ErrClosed.
+func (c *Conn) Close() error {
+	c.fail(ErrClosed)
+	return nil
+}
+
+// Done is closed once the connection can no longer be used; Err then
+// says why.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Err is nil while the connection is usable, then why it is not (it
+// wraps ErrClosed).
+func (c *Conn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// fail ends the connection with cause, once.
+func (c *Conn) fail(cause error) {
+	c.mu.Lock()
+	if c.err == nil {
+		if errors.Is(cause, ErrClosed) {
+			c.err = cause
+		} else {
+			c.err = fmt.Errorf("%w: %w", ErrClosed, cause)
+		}
+		close(c.done)
+	}
+	c.mu.Unlock()
+	c.c.Close()
+}
 
 // UniqueName is the name the bus daemon assigned ("" peer-to-peer).
 func (c *Conn) UniqueName() string { return c.unique }
@@ -76,17 +122,12 @@ func (c *Conn) UniqueName() string { return c.unique }
 // Bus reports whether the peer is a bus daemon.
 func (c *Conn) Bus() bool { return c.bus }
 
-// deadline applies ctx to the socket until the returned stop is called:
-// its deadline directly, and its cancellation by moving the deadline into
-// the past so a blocked read returns.
-func (c *Conn) deadline(ctx context.Context) (stop func()) {
-	dl, ok := ctx.Deadline()
-	if !ok {
-		dl = time.Time{}
-	}
-	_ = c.c.SetDeadline(dl)
-	cancel := context.AfterFunc(ctx, func() { _ = c.c.SetDeadline(time.Unix(1, 0)) })
-	return func() { cancel() }
+// OnSignal sets the function that receives every signal. It runs on the
+// goroutine that reads the connection, so it must not block.
+func (c *Conn) OnSignal(f func(*Message)) {
+	c.mu.Lock()
+	c.onSignal = f
+	c.mu.Unlock()
 }
 
 // ctxErr prefers ctx's error over the socket timeout it caused.
@@ -102,14 +143,29 @@ func ctxErr(ctx context.Context, err error) error {
 }
 
 // auth runs the client side of SASL EXTERNAL: a NUL byte, AUTH with the
-// uid in hex-encoded decimal, OK, BEGIN.
-func (c *Conn) auth(ctx context.Context, uid int) error {
-	defer c.deadline(ctx)()
+// uid in hex-encoded decimal, OK, BEGIN. It runs before the reading
+// goroutine exists, so it may use r and the socket's deadline itself.
+func (c *Conn) auth(ctx context.Context, r *bufio.Reader, uid int) error {
+	dl, _ := ctx.Deadline()
+	_ = c.c.SetDeadline(dl)
+	stop := context.AfterFunc(ctx, func() { _ = c.c.SetDeadline(time.Unix(1, 0)) })
+	if err := c.sasl(ctx, r, uid); err != nil {
+		stop()
+		return err
+	}
+	if !stop() {
+		// ctx ended meanwhile and may have moved the deadline.
+		return fmt.Errorf("sdbus: %w", ctx.Err())
+	}
+	return c.c.SetDeadline(time.Time{})
+}
+
+func (c *Conn) sasl(ctx context.Context, r *bufio.Reader, uid int) error {
 	id := hex.EncodeToString([]byte(strconv.Itoa(uid)))
 	if _, err := c.c.Write([]byte("\x00AUTH EXTERNAL " + id + "\r\n")); err != nil {
 		return ctxErr(ctx, err)
 	}
-	line, err := c.authLine()
+	line, err := authLine(r)
 	if err != nil {
 		return ctxErr(ctx, err)
 	}
@@ -129,10 +185,10 @@ func (c *Conn) auth(ctx context.Context, uid int) error {
 	return nil
 }
 
-func (c *Conn) authLine() (string, error) {
+func authLine(r *bufio.Reader) (string, error) {
 	var b []byte
 	for len(b) < maxAuthLine {
-		ch, err := c.r.ReadByte()
+		ch, err := r.ReadByte()
 		if err != nil {
 			return "", err
 		}
@@ -147,8 +203,44 @@ func (c *Conn) authLine() (string, error) {
 	return "", errors.New("authentication line too long")
 }
 
-// Send writes m with the next serial, which it returns.
-func (c *Conn) Send(ctx context.Context, m *Message) (uint32, error) {
+// read delivers every message until the connection ends. Replies nobody
+// waits for any more (their caller gave up) and calls to us are dropped.
+func (c *Conn) read(r *bufio.Reader) {
+	for {
+		m, err := ReadMessage(r)
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		switch m.Type {
+		case TypeMethodReturn, TypeError:
+			c.mu.Lock()
+			ch := c.pending[m.ReplySerial]
+			delete(c.pending, m.ReplySerial)
+			c.mu.Unlock()
+			if ch != nil {
+				ch <- m // buffered: never blocks
+			}
+		case TypeSignal:
+			c.mu.Lock()
+			f := c.onSignal
+			c.mu.Unlock()
+			if f != nil {
+				f(m)
+			}
+		}
+	}
+}
+
+// send writes m with the next serial, which it returns, and has the
+// reply to m delivered to reply. A write that fails or times out ends
+// the connection: part of a message may have gone out.
+func (c *Conn) send(ctx context.Context, m *Message, reply chan *Message) (uint32, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("sdbus: %w", err)
+	}
 	c.serial++
 	if c.serial == 0 {
 		c.serial = 1
@@ -158,74 +250,75 @@ func (c *Conn) Send(ctx context.Context, m *Message) (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer c.deadline(ctx)()
-	if _, err := c.c.Write(b); err != nil {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return 0, c.err
+	}
+	c.pending[m.Serial] = reply
+	c.mu.Unlock()
+
+	c.dmu.Lock()
+	c.writing = m.Serial
+	dl, _ := ctx.Deadline()
+	_ = c.c.SetWriteDeadline(dl)
+	c.dmu.Unlock()
+	stop := context.AfterFunc(ctx, func() {
+		c.dmu.Lock()
+		if c.writing == m.Serial {
+			_ = c.c.SetWriteDeadline(time.Unix(1, 0))
+		}
+		c.dmu.Unlock()
+	})
+	_, err = c.c.Write(b)
+	stop()
+	c.dmu.Lock()
+	c.writing = 0
+	c.dmu.Unlock()
+	if err != nil {
+		c.forget(m.Serial)
+		c.fail(err)
 		return 0, ctxErr(ctx, err)
 	}
 	return m.Serial, nil
 }
 
-// Receive reads the next message.
-func (c *Conn) Receive(ctx context.Context) (*Message, error) {
-	defer c.deadline(ctx)()
-	m, err := ReadMessage(c.r)
-	if err != nil {
-		if errors.Is(err, ErrMalformed) {
-			return nil, err
-		}
-		return nil, ctxErr(ctx, err)
-	}
-	return m, nil
+func (c *Conn) forget(serial uint32) {
+	c.mu.Lock()
+	delete(c.pending, serial)
+	c.mu.Unlock()
 }
 
-// Watch sets which signals are kept while a Call waits for its reply.
-func (c *Conn) Watch(keep func(*Message) bool) { c.watch = keep }
-
 // Call sends a method call and returns its reply. An error reply comes
-// back as an *Error. Signals that arrive meanwhile and match Watch are
-// kept for WaitSignal; other messages are dropped.
+// back as an *Error; a connection that ends first as an error wrapping
+// ErrClosed; ctx ending first as ctx's error, and a reply that arrives
+// after that is dropped.
 func (c *Conn) Call(ctx context.Context, m *Message) (*Message, error) {
 	m.Type = TypeMethodCall
-	serial, err := c.Send(ctx, m)
+	ch := make(chan *Message, 1)
+	serial, err := c.send(ctx, m, ch)
 	if err != nil {
 		return nil, err
 	}
-	for {
-		r, err := c.Receive(ctx)
-		if err != nil {
-			return nil, err
+	var r *Message
+	select {
+	case r = <-ch:
+	case <-c.done:
+		select {
+		case r = <-ch:
+		default:
+			return nil, c.Err()
 		}
-		switch {
-		case (r.Type == TypeMethodReturn || r.Type == TypeError) && r.ReplySerial == serial:
-			if r.Type == TypeError {
-				return nil, r.AsError()
-			}
-			return r, nil
-		case r.Type == TypeSignal && c.watch != nil && c.watch(r):
-			if len(c.queued) == maxQueued {
-				c.queued = c.queued[1:]
-			}
-			c.queued = append(c.queued, r)
-		}
-	}
-}
-
-// WaitSignal returns the first signal for which match is true, from those
-// kept during earlier calls or newly received.
-func (c *Conn) WaitSignal(ctx context.Context, match func(*Message) bool) (*Message, error) {
-	for i, s := range c.queued {
-		if match(s) {
-			c.queued = append(c.queued[:i], c.queued[i+1:]...)
-			return s, nil
+	case <-ctx.Done():
+		c.forget(serial)
+		select {
+		case r = <-ch:
+		default:
+			return nil, fmt.Errorf("sdbus: %w", ctx.Err())
 		}
 	}
-	for {
-		r, err := c.Receive(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if r.Type == TypeSignal && match(r) {
-			return r, nil
-		}
+	if r.Type == TypeError {
+		return nil, r.AsError()
 	}
+	return r, nil
 }

@@ -7,8 +7,10 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // systemd's D-Bus names.
@@ -20,6 +22,10 @@ const (
 
 	// ErrNoSuchUnit is the error name for a unit that is not loaded.
 	ErrNoSuchUnit = "org.freedesktop.systemd1.NoSuchUnit"
+	// ErrUnitExists is the error name for starting a unit that is loaded.
+	ErrUnitExists        = "org.freedesktop.systemd1.UnitExists"
+	errAlreadySubscribed = "org.freedesktop.systemd1.AlreadySubscribed"
+	unitIface            = "org.freedesktop.systemd1.Unit"
 )
 
 // ErrNoManager is wrapped when no systemd user manager can be reached.
@@ -90,12 +96,23 @@ func Reachable(eps []Endpoint) (Endpoint, bool) {
 	return Endpoint{}, false
 }
 
-// Manager is a connection to a systemd manager. Not safe for concurrent
-// use.
+// Manager is a connection to a systemd manager. It is safe for
+// concurrent use.
 type Manager struct {
 	c  *Conn
 	ep Endpoint
+
+	mu sync.Mutex
+	// removed holds the results of JobRemoved signals not yet claimed by
+	// WaitJob, by job; order is their arrival, for dropping the oldest
+	// beyond maxRemoved (other clients' jobs nobody here waits for).
+	removed map[ObjectPath]string
+	order   []ObjectPath
+	// jobDone is closed, and replaced, at each JobRemoved.
+	jobDone chan struct{}
 }
+
+const maxRemoved = 1024
 
 // DialManager connects to the first endpoint that answers. The error of
 // each attempt is kept; all failing wraps ErrNoManager.
@@ -104,7 +121,9 @@ func DialManager(ctx context.Context, eps []Endpoint, uid int) (*Manager, error)
 	for _, e := range eps {
 		c, err := Dial(ctx, e.Path, uid, e.Bus)
 		if err == nil {
-			return &Manager{c: c, ep: e}, nil
+			m := &Manager{c: c, ep: e, removed: map[ObjectPath]string{}, jobDone: make(chan struct{})}
+			c.OnSignal(m.signal)
+			return m, nil
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", e.Path, err))
 		if ctx.Err() != nil {
@@ -120,9 +139,12 @@ func (m *Manager) Endpoint() Endpoint { return m.ep }
 // Close closes the connection.
 func (m *Manager) Close() error { return m.c.Close() }
 
-func (m *Manager) call(ctx context.Context, iface, member string, sig Signature, args ...any) (*Message, error) {
+// Err is nil while the connection is usable, then why it is not.
+func (m *Manager) Err() error { return m.c.Err() }
+
+func (m *Manager) call(ctx context.Context, path ObjectPath, iface, member string, sig Signature, args ...any) (*Message, error) {
 	return m.c.Call(ctx, &Message{
-		Destination: systemdName, Path: systemdPath, Interface: iface, Member: member,
+		Destination: systemdName, Path: path, Interface: iface, Member: member,
 		Signature: sig, Body: args,
 	})
 }
@@ -132,11 +154,33 @@ func isJobRemoved(s *Message) bool {
 	return s.Interface == managerIface && s.Member == "JobRemoved" && s.Signature == "uoss" && len(s.Body) == 4
 }
 
+// signal keeps the result of each JobRemoved for WaitJob; a job can end
+// before its caller has read the reply that names it.
+func (m *Manager) signal(s *Message) {
+	if !isJobRemoved(s) {
+		return
+	}
+	job, _ := s.Body[1].(ObjectPath)
+	result, _ := s.Body[3].(string)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.removed[job]; !ok {
+		if len(m.order) == maxRemoved {
+			delete(m.removed, m.order[0])
+			m.order = m.order[1:]
+		}
+		m.order = append(m.order, job)
+	}
+	m.removed[job] = result
+	close(m.jobDone)
+	m.jobDone = make(chan struct{})
+}
+
 // Subscribe asks the manager for its signals and, through a bus daemon,
 // routes JobRemoved to this connection. On the private socket systemd
-// sends signals to every peer anyway; Subscribe is harmless there.
+// sends signals to every peer anyway; Subscribe is harmless there. A
+// connection that was already subscribed counts as subscribed.
 func (m *Manager) Subscribe(ctx context.Context) error {
-	m.c.Watch(isJobRemoved)
 	if m.ep.Bus {
 		rule := "type='signal',sender='" + systemdName + "',path='" + string(systemdPath) +
 			"',interface='" + managerIface + "',member='JobRemoved'"
@@ -147,7 +191,9 @@ func (m *Manager) Subscribe(ctx context.Context) error {
 			return fmt.Errorf("sdbus: AddMatch: %w", err)
 		}
 	}
-	if _, err := m.call(ctx, managerIface, "Subscribe", ""); err != nil {
+	_, err := m.call(ctx, systemdPath, managerIface, "Subscribe", "")
+	var e *Error
+	if err != nil && !(errors.As(err, &e) && e.Name == errAlreadySubscribed) {
 		return fmt.Errorf("sdbus: Subscribe: %w", err)
 	}
 	return nil
@@ -166,7 +212,7 @@ func (m *Manager) StartTransientUnit(ctx context.Context, name, mode string, pro
 	for i, p := range props {
 		ps[i] = Struct{p.Name, p.Value}
 	}
-	r, err := m.call(ctx, managerIface, "StartTransientUnit", "ssa(sv)a(sa(sv))", name, mode, ps, []any{})
+	r, err := m.call(ctx, systemdPath, managerIface, "StartTransientUnit", "ssa(sv)a(sa(sv))", name, mode, ps, []any{})
 	if err != nil {
 		return "", fmt.Errorf("sdbus: StartTransientUnit %s: %w", name, err)
 	}
@@ -179,7 +225,7 @@ func (m *Manager) StartTransientUnit(ctx context.Context, name, mode string, pro
 // root's) asks the system manager, which checks that the processes are the
 // caller's. It returns once they are moved.
 func (m *Manager) AttachProcessesToUnit(ctx context.Context, unit, subcgroup string, pids []uint32) error {
-	if _, err := m.call(ctx, managerIface, "AttachProcessesToUnit", "ssau", unit, subcgroup, pids); err != nil {
+	if _, err := m.call(ctx, systemdPath, managerIface, "AttachProcessesToUnit", "ssau", unit, subcgroup, pids); err != nil {
 		return fmt.Errorf("sdbus: AttachProcessesToUnit %s: %w", unit, err)
 	}
 	return nil
@@ -187,7 +233,7 @@ func (m *Manager) AttachProcessesToUnit(ctx context.Context, unit, subcgroup str
 
 // StopUnit stops a unit; it returns the job's object path.
 func (m *Manager) StopUnit(ctx context.Context, name, mode string) (ObjectPath, error) {
-	r, err := m.call(ctx, managerIface, "StopUnit", "ss", name, mode)
+	r, err := m.call(ctx, systemdPath, managerIface, "StopUnit", "ss", name, mode)
 	if err != nil {
 		return "", fmt.Errorf("sdbus: StopUnit %s: %w", name, err)
 	}
@@ -203,31 +249,76 @@ func jobPath(r *Message) (ObjectPath, error) {
 
 // WaitJob waits for the JobRemoved signal of job and returns its result
 // ("done", "canceled", "timeout", "failed", "dependency", "skipped").
-// Subscribe must have been called before the job was queued.
+// Subscribe must have been called before the job was queued. Each job's
+// result is returned once.
 func (m *Manager) WaitJob(ctx context.Context, job ObjectPath) (string, error) {
-	s, err := m.c.WaitSignal(ctx, func(s *Message) bool {
-		return isJobRemoved(s) && s.Body[1] == job
-	})
-	if err != nil {
-		return "", fmt.Errorf("sdbus: waiting for job %s: %w", job, err)
+	for {
+		m.mu.Lock()
+		result, ok := m.removed[job]
+		if ok {
+			delete(m.removed, job)
+			m.order = slices.DeleteFunc(m.order, func(j ObjectPath) bool { return j == job })
+		}
+		next := m.jobDone
+		m.mu.Unlock()
+		if ok {
+			return result, nil
+		}
+		select {
+		case <-next:
+		case <-m.c.Done():
+			return "", fmt.Errorf("sdbus: waiting for job %s: %w", job, m.c.Err())
+		case <-ctx.Done():
+			return "", fmt.Errorf("sdbus: waiting for job %s: %w", job, ctx.Err())
+		}
 	}
-	return s.Body[3].(string), nil
+}
+
+// GetUnit returns the object path of a loaded unit; for one that is not
+// loaded the error is an *Error for which IsNoSuchUnit holds.
+func (m *Manager) GetUnit(ctx context.Context, name string) (ObjectPath, error) {
+	r, err := m.call(ctx, systemdPath, managerIface, "GetUnit", "s", name)
+	if err != nil {
+		return "", fmt.Errorf("sdbus: GetUnit %s: %w", name, err)
+	}
+	if r.Signature != "o" {
+		return "", fmt.Errorf("sdbus: GetUnit reply has signature %q, want \"o\"", r.Signature)
+	}
+	return r.Body[0].(ObjectPath), nil
+}
+
+// ActiveState reads the ActiveState property of the unit at path
+// ("active", "activating", "deactivating", "inactive", "failed"...).
+func (m *Manager) ActiveState(ctx context.Context, unit ObjectPath) (string, error) {
+	s, err := m.stringProperty(ctx, unit, unitIface, "ActiveState")
+	if err != nil {
+		return "", fmt.Errorf("sdbus: get ActiveState: %w", err)
+	}
+	return s, nil
+}
+
+func (m *Manager) stringProperty(ctx context.Context, path ObjectPath, iface, name string) (string, error) {
+	r, err := m.call(ctx, path, propertiesFace, "Get", "ss", iface, name)
+	if err != nil {
+		return "", err
+	}
+	if r.Signature != "v" {
+		return "", fmt.Errorf("%s reply has signature %q", name, r.Signature)
+	}
+	v := r.Body[0].(Variant)
+	s, ok := v.Value.(string)
+	if !ok {
+		return "", fmt.Errorf("%s is a %q, want a string", name, v.Sig)
+	}
+	return s, nil
 }
 
 // ControlGroup reads the manager's own cgroup (the Manager's ControlGroup
 // property), e.g. /user.slice/user-1000.slice/user@1000.service.
 func (m *Manager) ControlGroup(ctx context.Context) (string, error) {
-	r, err := m.call(ctx, propertiesFace, "Get", "ss", managerIface, "ControlGroup")
+	s, err := m.stringProperty(ctx, systemdPath, managerIface, "ControlGroup")
 	if err != nil {
 		return "", fmt.Errorf("sdbus: get ControlGroup: %w", err)
-	}
-	if r.Signature != "v" {
-		return "", fmt.Errorf("sdbus: ControlGroup reply has signature %q", r.Signature)
-	}
-	v := r.Body[0].(Variant)
-	s, ok := v.Value.(string)
-	if !ok {
-		return "", fmt.Errorf("sdbus: ControlGroup is a %q, want a string", v.Sig)
 	}
 	return s, nil
 }

@@ -1,8 +1,12 @@
 // Package sdbustest is a fake systemd manager for tests: it speaks
 // peer-to-peer D-Bus on a unix socket (as systemd's private socket does)
 // or plays a bus daemon in front of the manager (Hello, AddMatch), and
-// implements Subscribe, StartTransientUnit, StopUnit and the Manager's
-// ControlGroup property, emitting JobRemoved for the jobs it queues.
+// implements Subscribe, StartTransientUnit, StopUnit,
+// AttachProcessesToUnit, GetUnit, the Manager's ControlGroup property and
+// a unit's ActiveState, emitting JobRemoved for the jobs it queues. Like
+// systemd it handles one message at a time, from all its connections;
+// Latency makes it slow and Faults makes it lose requests, answers and
+// connections.
 package sdbustest
 
 import (
@@ -16,6 +20,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/agentrun/agentrun/internal/sdbus"
 )
@@ -45,13 +50,86 @@ type Manager struct {
 	Hang bool
 	// OnAttach handles AttachProcessesToUnit. Nil: an error reply.
 	OnAttach func(c Call) *sdbus.Error
+	// Latency is how long each method call takes. Calls are handled one
+	// at a time across all connections, as by systemd's event loop, so
+	// concurrent callers queue.
+	Latency time.Duration
+	// Faults, when set, decides what becomes of each method call; n
+	// counts the calls with that member so far, this one included.
+	Faults func(c Call, n int) Fault
 
-	mu    sync.Mutex
-	calls []Call
-	ln    net.Listener
-	conns []net.Conn
-	job   uint32
-	wg    sync.WaitGroup
+	mu     sync.Mutex
+	calls  []Call
+	counts map[string]int
+	units  map[string]string // loaded units' ActiveState
+	ln     net.Listener
+	conns  []net.Conn
+	dialed int
+	open   int
+	job    uint32
+	wg     sync.WaitGroup
+	// busy is held while a call is handled: one at a time.
+	busy sync.Mutex
+}
+
+// Fault is what becomes of a method call.
+type Fault int
+
+const (
+	// Answer handles the call as usual.
+	Answer Fault = iota
+	// Lose drops the call unseen: no effect, no answer.
+	Lose
+	// Mute handles the call but loses its answer (signals still go out).
+	Mute
+	// Hangup closes the connection instead of handling the call.
+	Hangup
+	// AnswerHangup handles and answers the call, then closes the
+	// connection before the job's signals: JobRemoved is lost.
+	AnswerHangup
+)
+
+// errHangup ends a connection on purpose.
+var errHangup = errors.New("hung up")
+
+// Dialed returns how many connections the fake has accepted.
+func (m *Manager) Dialed() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.dialed
+}
+
+// Open returns how many of the fake's connections are open.
+func (m *Manager) Open() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.open
+}
+
+// Units returns the loaded units and their ActiveState.
+func (m *Manager) Units() map[string]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]string{}
+	for k, v := range m.units {
+		out[k] = v
+	}
+	return out
+}
+
+// UnitPath is the object path systemd gives unit name: every byte but
+// ASCII letters and digits escaped as _xx.
+func UnitPath(name string) sdbus.ObjectPath {
+	var b strings.Builder
+	for i := 0; i < len(name); i++ {
+		ch := name[i]
+		if ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' {
+			b.WriteByte(ch)
+		} else {
+			fmt.Fprintf(&b, "_%02x", ch)
+		}
+	}
+	return sdbus.ObjectPath("/org/freedesktop/systemd1/unit/" + b.String())
 }
 
 // Calls returns the method calls received so far.
@@ -88,12 +166,19 @@ func (m *Manager) ServeUserManager(t testing.TB, dir string) string {
 			}
 			m.mu.Lock()
 			m.conns = append(m.conns, c)
+			m.dialed++
+			m.open++
 			m.mu.Unlock()
 			m.wg.Add(1)
 			go func() {
 				defer m.wg.Done()
-				defer c.Close()
-				if err := m.serve(c); !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				defer func() {
+					c.Close()
+					m.mu.Lock()
+					m.open--
+					m.mu.Unlock()
+				}()
+				if err := m.serve(c); !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, errHangup) {
 					t.Logf("fake systemd: %v", err)
 				}
 			}()
@@ -115,9 +200,14 @@ type peer struct {
 	c      net.Conn
 	r      *bufio.Reader
 	serial uint32
+	// mute drops method returns and errors (Fault Mute).
+	mute bool
 }
 
 func (p *peer) send(msg *sdbus.Message) error {
+	if p.mute && msg.Type != sdbus.TypeSignal {
+		return nil
+	}
 	p.serial++
 	msg.Serial = p.serial
 	b, err := msg.Marshal()
@@ -206,6 +296,9 @@ func (m *Manager) serve(c net.Conn) error {
 				call.Props[st[0].(string)] = st[1].(sdbus.Variant)
 			}
 		}
+		if msg.Member == "GetUnit" && msg.Signature == "s" {
+			call.Unit, _ = msg.Body[0].(string)
+		}
 		if msg.Member == "AttachProcessesToUnit" && msg.Signature == "ssau" {
 			call.Unit, _ = msg.Body[0].(string)
 			call.Sub, _ = msg.Body[1].(string)
@@ -215,14 +308,38 @@ func (m *Manager) serve(c net.Conn) error {
 		}
 		m.mu.Lock()
 		m.calls = append(m.calls, call)
+		if m.counts == nil {
+			m.counts = map[string]int{}
+		}
+		m.counts[call.Member]++
+		n := m.counts[call.Member]
 		m.mu.Unlock()
-		if err := m.handle(p, msg, call, &helloed); err != nil {
+		fault := Answer
+		if m.Faults != nil {
+			fault = m.Faults(call, n)
+		}
+		switch fault {
+		case Lose:
+			continue
+		case Hangup:
+			return errHangup
+		}
+		p.mute = fault == Mute
+		m.busy.Lock()
+		time.Sleep(m.Latency)
+		err = m.handle(p, msg, call, &helloed, fault == AnswerHangup)
+		m.busy.Unlock()
+		p.mute = false
+		if err != nil {
 			return err
+		}
+		if fault == AnswerHangup {
+			return errHangup
 		}
 	}
 }
 
-func (m *Manager) handle(p *peer, msg *sdbus.Message, call Call, helloed *bool) error {
+func (m *Manager) handle(p *peer, msg *sdbus.Message, call Call, helloed *bool, hangup bool) error {
 	switch msg.Member {
 	case "Hello":
 		*helloed = true
@@ -240,9 +357,30 @@ func (m *Manager) handle(p *peer, msg *sdbus.Message, call Call, helloed *bool) 
 			return p.fail(msg, e)
 		}
 		return p.reply(msg, "")
+	case "GetUnit":
+		m.mu.Lock()
+		_, ok := m.units[call.Unit]
+		m.mu.Unlock()
+		if !ok {
+			return p.fail(msg, &sdbus.Error{Name: sdbus.ErrNoSuchUnit, Message: "Unit " + call.Unit + " not loaded."})
+		}
+		return p.reply(msg, "o", UnitPath(call.Unit))
 	case "Get":
-		if len(msg.Body) == 2 && msg.Body[1] == "ControlGroup" {
+		if len(msg.Body) != 2 {
+			break
+		}
+		if msg.Path == "/org/freedesktop/systemd1" && msg.Body[1] == "ControlGroup" {
 			return p.reply(msg, "v", sdbus.Variant{Sig: "s", Value: m.ControlGroup})
+		}
+		if msg.Body[0] == "org.freedesktop.systemd1.Unit" && msg.Body[1] == "ActiveState" {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			for name, state := range m.units {
+				if UnitPath(name) == msg.Path {
+					return p.reply(msg, "v", sdbus.Variant{Sig: "s", Value: state})
+				}
+			}
+			return p.fail(msg, &sdbus.Error{Name: "org.freedesktop.DBus.Error.UnknownObject", Message: "no such object"})
 		}
 		return p.fail(msg, &sdbus.Error{Name: "org.freedesktop.DBus.Error.UnknownProperty", Message: "no such property"})
 	case "StartTransientUnit", "StopUnit":
@@ -263,10 +401,22 @@ func (m *Manager) handle(p *peer, msg *sdbus.Message, call Call, helloed *bool) 
 		m.mu.Lock()
 		m.job++
 		id := m.job
+		if m.units == nil {
+			m.units = map[string]string{}
+		}
+		switch {
+		case msg.Member == "StopUnit" && result == "done":
+			delete(m.units, call.Unit)
+		case msg.Member == "StartTransientUnit" && result == "done":
+			m.units[call.Unit] = "active"
+		}
 		m.mu.Unlock()
 		job := sdbus.ObjectPath(fmt.Sprintf("/org/freedesktop/systemd1/job/%d", id))
 		if err := p.reply(msg, "o", job); err != nil {
 			return err
+		}
+		if hangup {
+			return errHangup
 		}
 		// What a real manager interleaves: other units' signals and
 		// another job's removal, before ours.
