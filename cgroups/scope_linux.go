@@ -53,9 +53,10 @@ import (
 // the scope, so the next Sweep stops it for certain.
 
 // All of a Manager's goroutines share one connection to the user manager
-// (Manager.sd, an sdbus.Client), opened on first use: each connection
-// costs the manager a handshake and, on its private socket, a copy of
-// every signal it sends while the connection is open.
+// (Manager.sd, an sdbus.Client), opened on first use and closed once
+// unused for a second: each connection costs the manager a handshake
+// and, on its private socket, a copy of every signal it sends while the
+// connection is open.
 
 // DefaultSystemdTimeout bounds the user manager's answer to one request
 // (connect, start or stop the scope, move a process, read a property),

@@ -238,12 +238,22 @@ func TestScopeWithFakeManager(t *testing.T) {
 	if err := syscall.Kill(holder, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Errorf("holder %d still there after Delete: %v", holder, err)
 	}
-	// One connection, subscribed once, for the whole life of the sandbox.
-	if got := fs.members(); !reflect.DeepEqual(got, []string{"Subscribe", "Get", "StartTransientUnit", "AttachProcessesToUnit", "StopUnit"}) {
-		t.Errorf("calls %v", got)
+	// Each connection subscribed once; one for the start, and another
+	// for Delete only when the first was closed as idle meanwhile.
+	var got []string
+	subscribed := 0
+	for _, m := range fs.members() {
+		if m == "Subscribe" {
+			subscribed++
+		} else {
+			got = append(got, m)
+		}
 	}
-	if n := fs.fake.Dialed(); n != 1 {
-		t.Errorf("%d connections to the manager, want 1", n)
+	if !reflect.DeepEqual(got, []string{"Get", "StartTransientUnit", "AttachProcessesToUnit", "StopUnit"}) {
+		t.Errorf("calls %v", fs.members())
+	}
+	if n := fs.fake.Dialed(); n > 2 || subscribed != n {
+		t.Errorf("%d connections to the manager, %d Subscribe calls: want one or two, each subscribed once", n, subscribed)
 	}
 }
 
@@ -523,8 +533,9 @@ func TestScopeConcurrentSlowManager(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	if n := fs.fake.Dialed(); n != 1 {
-		t.Errorf("%d connections to the manager, want 1 shared by every goroutine", n)
+	// Shared: one, or a few if the manager was left idle for a second.
+	if n := fs.fake.Dialed(); n >= workers {
+		t.Errorf("%d connections to the manager for %d goroutines: want one shared by all of them", n, workers)
 	}
 	if u := fs.fake.Units(); len(u) != 0 {
 		t.Errorf("units left: %v", u)

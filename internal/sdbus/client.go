@@ -8,9 +8,9 @@ import (
 	"time"
 )
 
-// Client shares one connection to a systemd manager among goroutines,
-// for the life of its owner: opened on first use (and subscribed to
-// JobRemoved), opened again when it breaks, closed when idle.
+// Client shares one connection to a systemd manager among goroutines:
+// opened on first use (and subscribed to JobRemoved), opened again when
+// it breaks, closed once unused for a second.
 //
 // Requests go out one at a time. systemd's manager answers one message
 // at a time anyway, from all its clients, so several in flight would not
@@ -43,10 +43,13 @@ type Client struct {
 // attempts is how often a request that may be repeated is made.
 const attempts = 3
 
-// idleClose is how long an unused connection stays open. On its private
-// socket the manager sends every signal to every peer, so an idle
-// connection costs it work; the owner (a cgroups.Manager) has no Close.
-const idleClose = 10 * time.Second
+// idleClose is how long an unused connection stays open: long enough
+// for the requests of one sandbox's start to share it, short enough that
+// a sandbox that runs for a while holds none. On its private socket the
+// manager builds every signal (each unit's every change) for every peer,
+// so each idle connection makes all of its work slower. The owner (a
+// cgroups.Manager) has no Close.
+const idleClose = time.Second
 
 // NewClient returns a client for the manager at the first of eps that
 // answers, authenticating as uid. timeout bounds the manager's answer to

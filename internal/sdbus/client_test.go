@@ -69,6 +69,7 @@ func newClient(t *testing.T, fake *sdbustest.Manager, timeout time.Duration) *sd
 		return ""
 	}, os.Geteuid())
 	c := sdbus.NewClient(eps, os.Geteuid(), timeout)
+	sdbus.SetIdleClose(c, time.Minute) // the tests count connections
 	t.Cleanup(func() { c.Close() })
 	return c
 }
