@@ -21,26 +21,10 @@ type Options struct {
 	Stdin  io.Reader
 	Stdout io.Writer
 	Stderr io.Writer
-	// Signals, when set, are forwarded to the sandboxed command. Set this
-	// or ForwardSignals, not both.
+	// Signals, when set, are forwarded to the sandboxed command while it
+	// runs. A program that wants the signals reaching it forwarded hooks
+	// them itself (signal.Notify) and passes the channel.
 	Signals <-chan os.Signal
-	// ForwardSignals are forwarded to the sandboxed command whenever they
-	// reach this process during Run; the caller hooks nothing. Those that
-	// arrive while the sandbox is built are held and sent once the command
-	// runs (merged per signal; dropped if it never starts), and those that
-	// arrive after it ended are swallowed until Run returns. On Linux only
-	// SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT
-	// and SIGALRM. On Linux (cgo builds) this takes process-wide signal
-	// handlers instead of os/signal's thread and per-signal hand-offs, so
-	// one such Run per process may be running at a time (a second fails
-	// with a SetupError). Set this or Signals, not both.
-	ForwardSignals []os.Signal
-	// KeepSignals leaves ForwardSignals taken over when Run returns, so
-	// that they are swallowed, not acted on, until the process exits: for
-	// a program that ends right after Run (the CLI), whose clean-up and
-	// exit status a late signal must not cut short. Later Runs of the
-	// process cannot forward signals then (Linux cgo builds).
-	KeepSignals bool
 	// StartAfter, when set, holds the command's start until it is closed
 	// (or ctx is done); the sandbox is built meanwhile, so a caller can
 	// set up what the command needs in parallel.
@@ -69,16 +53,6 @@ type Options struct {
 	// which saves the listener and its goroutine. The command sees the
 	// same EPERM; ViolationsStatus says "skipped".
 	SkipViolations bool
-	// Express is for the CLI (nsinit/prestart): on a prestart hit that
-	// Go adopted, it also caches what the constructor needs to run the
-	// next spawn with the same command line without the Go runtime (the
-	// express path, nsinit/internal/cinit/express.c): the fingerprints of
-	// every host input of the plan, the filter and the cgroup recipe.
-	// Only spawns whose outcome is the exit status alone qualify: with
-	// SkipUsage, SkipViolations, KeepSignals and ForwardSignals, and no
-	// timeout, StartAfter, Signals, OnViolation or warnings; the rest
-	// are left to Go silently.
-	Express bool
 	// NoRootTemplate builds the root in a fresh tmpfs on every spawn
 	// instead of binding a root template, the fixed part of the root kept
 	// in the state directory (mounts/template_linux.go). The environment
@@ -129,7 +103,7 @@ type Result struct {
 	// by an earlier spawn while its Go runtime started: "hit", "miss" (none
 	// cached yet; cached now), "mismatch" (the cached plan was not this
 	// spawn's; spawned afresh), or empty when the caller does not
-	// prestart (library callers never do).
+	// prestart (Hooks.Prestart; library callers normally do not).
 	Prestart string `json:"prestart,omitempty"`
 	// Error is the one-line reason when the sandbox could not be built.
 	Error string `json:"error,omitempty"`

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
 	"time"
 
@@ -69,28 +68,12 @@ func prepareDarwin(p *Policy, opts Options, warn func(string)) (*darwin.Launch, 
 	if err != nil {
 		return nil, nil, &SetupError{Step: "environment", Err: err}
 	}
-	if len(opts.ForwardSignals) > 0 && opts.Signals != nil {
-		return nil, nil, &SetupError{Step: "signals", Err: errors.New("set Options.Signals or Options.ForwardSignals, not both")}
-	}
 	tmp, err := os.MkdirTemp("", "agentrun-")
 	if err != nil {
 		return nil, nil, &SetupError{Step: "temporary directory", Err: err}
 	}
 	cleanup := func() { _ = os.RemoveAll(tmp) }
 	sigs := opts.Signals
-	if len(opts.ForwardSignals) > 0 {
-		// os/signal here: Seatbelt's child is supervised from Go anyway.
-		ch := make(chan os.Signal, 8)
-		signal.Notify(ch, opts.ForwardSignals...)
-		sigs = ch
-		cleanup = func() {
-			if !opts.KeepSignals {
-				// Kept, the channel swallows what comes after the run.
-				signal.Stop(ch)
-			}
-			_ = os.RemoveAll(tmp)
-		}
-	}
 	prof, err := darwinProfile(p, ws, tmp, mounts, opts)
 	if err != nil {
 		return nil, cleanup, err

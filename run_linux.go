@@ -24,12 +24,13 @@ import (
 
 // NewHostInfo reads what Compile needs from the running system.
 func NewHostInfo(p *Policy) (*HostInfo, error) {
-	return hostInfoWith(p, &HostInfo{Lstat: os.Lstat, Readlink: os.Readlink, Resolve: filepath.EvalSymlinks, Owner: owner, ReadFile: os.ReadFile})
+	return NewHostInfoWith(p, &HostInfo{Lstat: os.Lstat, Readlink: os.Readlink, Resolve: filepath.EvalSymlinks, Owner: owner, ReadFile: os.ReadFile})
 }
 
-// hostInfoWith fills in h's ids, environment and workspace, the latter
-// through h's own host reads.
-func hostInfoWith(p *Policy, h *HostInfo) (*HostInfo, error) {
+// NewHostInfoWith is NewHostInfo reading the host through h's functions
+// (Lstat, Readlink, Resolve, Owner and ReadFile, all set): it fills in h's
+// ids, environment and workspace and returns h.
+func NewHostInfoWith(p *Policy, h *HostInfo) (*HostInfo, error) {
 	ws, err := p.resolveWorkspace(h.Resolve, h.Lstat)
 	if err != nil {
 		return nil, err
@@ -123,19 +124,33 @@ func owner(path string) (int, int, error) {
 // A sandbox that cannot be built returns a *SetupError; a command that ran
 // returns a Result whatever its status.
 func Run(ctx context.Context, p *Policy, opts Options) (*Result, error) {
+	return RunWith(ctx, p, opts, Hooks{})
+}
+
+// Hooks are what a program may add to a one-shot run below its Options,
+// on Linux: the agentrun CLI forwards its own signals and adopts inits its
+// constructor started.
+type Hooks struct {
+	// Host, when set, is the HostInfo whose read functions the Policy is
+	// compiled with (NewHostInfoWith). The CLI records the reads for its
+	// express path.
+	Host *HostInfo
+	// Forwarder, installed by the caller (nsinit.ForwardSignals) before
+	// the run, passes the signals it took over on to the command; the
+	// caller stops it.
+	Forwarder *nsinit.Forwarder
+	// Prestart offers the run an init the program started before its Go
+	// runtime (lifecycle.Options.Prestart).
+	Prestart lifecycle.Prestart
+}
+
+// RunWith is Run with Hooks.
+func RunWith(ctx context.Context, p *Policy, opts Options, h Hooks) (*Result, error) {
 	start := time.Now()
-	fw, err := forwarder(opts)
-	if err != nil {
-		return nil, err
-	}
-	if !opts.KeepSignals {
-		defer fw.Stop()
-	}
-	var rec *hostRecorder
 	var host *HostInfo
-	if opts.Express {
-		rec = &hostRecorder{}
-		host, err = recordedHostInfo(p, rec)
+	var err error
+	if h.Host != nil {
+		host, err = NewHostInfoWith(p, h.Host)
 	} else {
 		host, err = NewHostInfo(p)
 	}
@@ -146,33 +161,7 @@ func Run(ctx context.Context, p *Policy, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, &SetupError{Step: "policy", Err: err}
 	}
-	return runSpec(ctx, spec, time.Duration(p.Timeout), opts, start, fw, rec)
-}
-
-// forwarder takes over Options.ForwardSignals for the whole spawn, so a
-// signal that arrives while the sandbox is built is held for the command
-// instead of ending this process. Nil (whose Stop does nothing) when
-// there are none.
-func forwarder(opts Options) (*nsinit.Forwarder, error) {
-	if len(opts.ForwardSignals) == 0 {
-		return nil, nil
-	}
-	if opts.Signals != nil {
-		return nil, &SetupError{Step: "signals", Err: errors.New("set Options.Signals or Options.ForwardSignals, not both")}
-	}
-	sigs := make([]syscall.Signal, 0, len(opts.ForwardSignals))
-	for _, s := range opts.ForwardSignals {
-		sig, ok := s.(syscall.Signal)
-		if !ok {
-			return nil, &SetupError{Step: "signals", Err: fmt.Errorf("cannot forward %v", s)}
-		}
-		sigs = append(sigs, sig)
-	}
-	fw, err := nsinit.ForwardSignals(sigs)
-	if err != nil {
-		return nil, &SetupError{Step: "signals", Err: err}
-	}
-	return fw, nil
+	return runSpec(ctx, spec, time.Duration(p.Timeout), opts, start, h)
 }
 
 // memoryLimited reports whether the spec sets a memory limit, whose OOM
@@ -195,30 +184,17 @@ func RunSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 	if err := stateMountErr(spec); err != nil {
 		return nil, err
 	}
-	fw, err := forwarder(opts)
-	if err != nil {
-		return nil, err
-	}
-	if !opts.KeepSignals {
-		defer fw.Stop()
-	}
-	return runSpec(ctx, spec, timeout, opts, start, fw, nil)
+	return runSpec(ctx, spec, timeout, opts, start, Hooks{})
 }
 
 // runSpec runs spec in an anonymous sandbox of the lifecycle: created,
-// started, waited for and deleted. rec, when set, holds the host reads its
-// plan came from, for the express record (Options.Express).
-func runSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts Options, start time.Time, fw *nsinit.Forwarder, rec *hostRecorder) (*Result, error) {
+// started, waited for and deleted.
+func runSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts Options, start time.Time, h Hooks) (*Result, error) {
 	lo := lifecycle.Options{
 		Stdin: opts.Stdin, Stdout: opts.Stdout, Stderr: opts.Stderr,
 		Warn: opts.Warn, UsernsBlocker: probe.UsernsBlockerFor,
-		SeccompCache: opts.SeccompCache, Forwarder: fw,
+		SeccompCache: opts.SeccompCache, Forwarder: h.Forwarder, Prestart: h.Prestart,
 		LimitsOnly: opts.SkipUsage, NoRootTemplate: opts.NoRootTemplate,
-	}
-	if rec != nil && ctx.Done() == nil {
-		lo.Express = func(in lifecycle.ExpressInputs) *nsinit.Express {
-			return expressFor(spec, int64(timeout), opts, rec, in)
-		}
 	}
 	// Reports are collected unless the caller skips them; the listener
 	// answers EPERM, the same as the plain filter does.
@@ -236,7 +212,7 @@ func runSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 	}
 	defer sb.Delete()
 	if err := awaitStartAfter(ctx, opts.StartAfter); err != nil {
-		return nil, err
+		return nil, setupError(err)
 	}
 	if err := sb.Start(); err != nil {
 		return nil, setupError(err)
@@ -312,15 +288,12 @@ func runSpec(ctx context.Context, spec *specs.Spec, timeout time.Duration, opts 
 	return res, nil
 }
 
-// setupError turns the lifecycle's failure to build or start a sandbox
-// into a *SetupError; a cancelled context stays what it is.
+// setupError turns the lifecycle's failure to build or start a sandbox,
+// a context that ended first included, into a *SetupError.
 func setupError(err error) error {
 	var se *lifecycle.StepError
 	if errors.As(err, &se) {
 		return &SetupError{Step: se.Step, Err: se.Err}
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
 	}
 	return &SetupError{Step: "start", Err: err}
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -16,16 +15,6 @@ import (
 	"github.com/agentrun/agentrun/nsinit"
 	"github.com/agentrun/agentrun/seccomp"
 )
-
-// background runs p in a goroutine.
-func background(ctx context.Context, p *Policy, opts Options) <-chan ran {
-	done := make(chan ran, 1)
-	go func() {
-		res, err := Run(ctx, p, opts)
-		done <- ran{res, err}
-	}()
-	return done
-}
 
 type ran struct {
 	res *Result
@@ -96,16 +85,33 @@ func waitReady(t *testing.T, path string, done <-chan ran) {
 	t.Fatalf("hang guard: %s never appeared", path)
 }
 
-// TestForwardSignals: a signal that reaches this process while a Run with
-// ForwardSignals is running reaches the command (whose trap picks the exit
-// status), and once Run returns the Go runtime's handler is back: a
-// signal.Notify channel gets the next one.
+// forwarding installs a Forwarder for sigs, as the CLI does, and runs p in
+// the background with it; the Forwarder is stopped once the run is over.
+func forwarding(t *testing.T, ctx context.Context, p *Policy, opts Options, sigs ...syscall.Signal) <-chan ran {
+	t.Helper()
+	fw, err := nsinit.ForwardSignals(sigs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan ran, 1)
+	go func() {
+		res, err := RunWith(ctx, p, opts, Hooks{Forwarder: fw})
+		fw.Stop()
+		done <- ran{res, err}
+	}()
+	return done
+}
+
+// TestForwardSignals checks that a signal that reaches this process while
+// a Run with a Forwarder is running reaches the command (whose trap picks
+// the exit status), and that once the Forwarder stops the Go runtime's
+// handler is back: a signal.Notify channel gets the next one.
 func TestForwardSignals(t *testing.T) {
 	cache := &seccomp.Cache{}
 	ws := t.TempDir()
 	p := &Policy{Workspace: ws, Command: []string{"/bin/sh", "-c",
 		"trap 'exit 45' USR1; echo > /workspace/ready; while :; do sleep 0.05; done"}}
-	done := background(context.Background(), p, Options{SeccompCache: cache, ForwardSignals: []os.Signal{syscall.SIGUSR1}})
+	done := forwarding(t, context.Background(), p, Options{SeccompCache: cache}, syscall.SIGUSR1)
 	waitReady(t, filepath.Join(ws, "ready"), done)
 	if err := syscall.Kill(os.Getpid(), syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
@@ -118,26 +124,20 @@ func TestForwardSignals(t *testing.T) {
 	expectGoHandler(t, syscall.SIGUSR1)
 }
 
-// TestForwardSignalsHeld: a signal that arrives while the sandbox is
-// still being built (here: held at StartAfter) neither ends this process
-// nor is lost: it reaches the command once it runs, which it kills
-// (SIGUSR1's default). Duplicates in the list are merged, and the list is
-// put back afterwards.
+// TestForwardSignalsHeld checks that a signal that arrives while the
+// sandbox is still being built (here: held at StartAfter) neither ends
+// this process nor is lost: it reaches the command once it runs, which it
+// kills (SIGUSR1's default). Duplicates in the list are merged, and the
+// list is put back afterwards.
 func TestForwardSignalsHeld(t *testing.T) {
-	testForwardSignalsHeld(t)
-}
-
-func testForwardSignalsHeld(t *testing.T) {
 	cache := &seccomp.Cache{}
 	ws := t.TempDir()
 	p := &Policy{Workspace: ws, Command: []string{"/bin/sh", "-c", "echo > /workspace/ran; sleep 5; exit 0"}}
 	gate := make(chan struct{})
-	done := background(context.Background(), p, Options{SeccompCache: cache, StartAfter: gate,
-		ForwardSignals: []os.Signal{syscall.SIGUSR1, syscall.SIGUSR1, os.Interrupt, syscall.SIGINT}})
-	// Run installs the forwarder first thing, and the build then waits at
-	// the gate however long this takes; the sleep only assumes that Run
-	// got that far in 200 ms.
-	time.Sleep(200 * time.Millisecond)
+	done := forwarding(t, context.Background(), p, Options{SeccompCache: cache, StartAfter: gate},
+		syscall.SIGUSR1, syscall.SIGUSR1, syscall.SIGINT, syscall.SIGINT)
+	// The forwarder is installed; the build then waits at the gate however
+	// long this takes.
 	if err := syscall.Kill(os.Getpid(), syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
@@ -153,24 +153,23 @@ func testForwardSignalsHeld(t *testing.T) {
 	expectGoHandler(t, syscall.SIGINT)
 }
 
-// TestForwardSignalsOneAtATime: the handlers are process-wide, so a
-// second Run that asks for them while one holds them fails with a setup
-// error, and so does a Run that sets both ways of forwarding.
+// TestForwardSignalsOneAtATime checks that the handlers are process-wide:
+// a second Forwarder cannot be installed while one holds them, a Run
+// without one is unaffected meanwhile, and the runtime's own signals are
+// never taken over.
 func TestForwardSignalsOneAtATime(t *testing.T) {
 	cache := &seccomp.Cache{}
 	ws := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	first := &Policy{Workspace: ws, Command: []string{"/bin/sh", "-c", "echo > /workspace/ready; exec sleep 60"}}
-	done := background(ctx, first, Options{SeccompCache: cache, ForwardSignals: []os.Signal{syscall.SIGUSR2}})
+	done := forwarding(t, ctx, first, Options{SeccompCache: cache}, syscall.SIGUSR2)
 	waitReady(t, filepath.Join(ws, "ready"), done)
 
-	second := &Policy{Workspace: t.TempDir(), Command: []string{"/bin/true"}}
-	_, err := Run(context.Background(), second, Options{SeccompCache: cache, ForwardSignals: []os.Signal{syscall.SIGUSR2}})
-	if !errors.Is(err, nsinit.ErrForwarding) {
-		t.Errorf("a second forwarding Run: %v, want ErrForwarding", err)
+	if _, err := nsinit.ForwardSignals([]syscall.Signal{syscall.SIGUSR2}); !errors.Is(err, nsinit.ErrForwarding) {
+		t.Errorf("a second Forwarder: %v, want ErrForwarding", err)
 	}
-	// Without ForwardSignals a concurrent Run is unaffected.
+	second := &Policy{Workspace: t.TempDir(), Command: []string{"/bin/true"}}
 	if res, err := Run(context.Background(), second, Options{SeccompCache: cache}); err != nil || res.ExitCode != 0 {
 		t.Errorf("a concurrent Run without forwarding: %+v %v", res, err)
 	}
@@ -180,21 +179,15 @@ func TestForwardSignalsOneAtATime(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("hang guard: the first Run did not end on cancel")
 	}
-	// Released with the first Run's end.
-	if res, err := Run(context.Background(), second, Options{SeccompCache: cache, ForwardSignals: []os.Signal{syscall.SIGUSR2}}); err != nil || res.ExitCode != 0 {
-		t.Errorf("a forwarding Run after the first ended: %+v %v", res, err)
-	}
-
-	sigs := make(chan os.Signal)
-	_, err = Run(context.Background(), second, Options{SeccompCache: cache, Signals: sigs, ForwardSignals: []os.Signal{syscall.SIGUSR2}})
-	var se *SetupError
-	if !errors.As(err, &se) || !strings.Contains(err.Error(), "not both") {
-		t.Errorf("Signals and ForwardSignals together: %v, want a setup error", err)
+	// Released once the first one stopped.
+	if r := await(t, forwarding(t, context.Background(), second, Options{SeccompCache: cache}, syscall.SIGUSR2)); r.err != nil || r.res.ExitCode != 0 {
+		t.Errorf("a forwarding Run after the first ended: %+v %v", r.res, r.err)
 	}
 	// The runtime's own signals stay the runtime's.
 	for _, s := range []syscall.Signal{syscall.SIGURG, syscall.SIGSEGV, syscall.SIGCHLD, syscall.SIGKILL} {
-		if _, err := Run(context.Background(), second, Options{SeccompCache: cache, ForwardSignals: []os.Signal{s}}); !errors.As(err, &se) || se.Step != "signals" {
-			t.Errorf("forwarding %v: %v, want a setup error", s, err)
+		if fw, err := nsinit.ForwardSignals([]syscall.Signal{s}); err == nil {
+			fw.Stop()
+			t.Errorf("forwarding %v was allowed", s)
 		}
 	}
 }

@@ -139,7 +139,7 @@ func (m *Manager) sweepRecords() (removed int, err error) {
 }
 
 // expressPrefix starts the name of a cgroup the express path made
-// (nsinit/internal/cinit/express.c): sbe-PID-START-PIDNS-RANDOM, with the
+// (cmd/agentrun/internal/fastpath/express.c): sbe-PID-START-PIDNS-RANDOM, with the
 // owner's pid, its /proc/PID/stat start time and the inode of its PID
 // namespace in decimal, and 16 hex digits. It has no state record: the
 // name is the record, so that the express path writes no file per spawn.

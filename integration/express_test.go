@@ -18,7 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The express path (nsinit/internal/cinit/express.c) runs a prestart hit
+// The express path (cmd/agentrun/internal/fastpath/express.c) runs a prestart hit
 // without the Go runtime, from fingerprints of every host input of the
 // cached plan. These tests run without t.Parallel: the express path stands
 // aside while a killed runtime's cgroup record or express cgroup exists,

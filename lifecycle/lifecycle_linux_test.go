@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -414,8 +415,154 @@ func TestRunLeavesNoRecord(t *testing.T) {
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("Run: %+v %v", res, err)
 	}
+	// Other programs of this user may hold named sandboxes: only this
+	// process's records count.
 	dir := lifecycle.StateDir(os.Geteuid())
-	if ents, _ := os.ReadDir(dir); len(ents) > 0 {
-		t.Errorf("a one-shot Run left records in %s: %v", dir, ents)
+	recs, _ := lifecycle.List(dir)
+	for _, r := range recs {
+		if r.Owner.PID == os.Getpid() {
+			t.Errorf("a one-shot Run left a record in %s: %+v", dir, r)
+		}
+	}
+}
+
+// TestWaitBeforeStart calls Wait before Start, as a caller that watches
+// the sandbox from a goroutine would: Wait must not take the reports Start
+// reads (the violation listener, "started"), so the command runs, its
+// denied call is reported, and Start returns while it still runs.
+func TestWaitBeforeStart(t *testing.T) {
+	e := newEnv(t)
+	spec, err := compile(e.ws, "touch f && chmod 4755 f; echo $? > /workspace/rc; read x; exit 4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan seccomp.Event, 8)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pw.Close()
+	sb, err := lifecycle.Create(context.Background(), spec, lifecycle.Options{StateDir: e.dir, SeccompCache: e.cache, Stdin: pr,
+		OnViolation: func(ev seccomp.Event) { events <- ev }})
+	pr.Close()
+	var se *lifecycle.StepError
+	if errors.As(err, &se) && (se.Step == "user namespace" || se.Step == "clone") {
+		t.Skipf("no sandbox here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Delete()
+	type waited struct {
+		exit nsinit.Exit
+		err  error
+	}
+	done := make(chan waited, 1)
+	go func() {
+		exit, err := sb.Wait()
+		done <- waited{exit, err}
+	}()
+	// Not a timing assertion: Wait has had its chance to read first.
+	time.Sleep(50 * time.Millisecond)
+	started := make(chan error, 1)
+	go func() { started <- sb.Start() }()
+	select {
+	case err := <-started:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("hang guard: Start did not return while the command runs (Wait took its report)")
+	}
+	select {
+	case ev := <-events:
+		if ev.Name != "fchmodat" && ev.Name != "chmod" && ev.Name != "fchmodat2" {
+			t.Errorf("violation %+v, want the setuid chmod", ev)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("hang guard: the denied chmod was never reported (the listener went to Wait)")
+	}
+	pw.Close()
+	w := <-done
+	if w.err != nil || w.exit.Code != 4 {
+		t.Fatalf("Wait: %+v %v, want exit 4", w.exit, w.err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(e.ws, "rc")); string(b) != "1\n" {
+		t.Errorf("chmod 4755 exited %q, want 1 (denied)", b)
+	}
+
+	// A Wait on a sandbox that is killed before it starts returns.
+	sb2 := e.create(t, "", "echo ran > /workspace/ran2")
+	go func() {
+		exit, err := sb2.Wait()
+		done <- waited{exit, err}
+	}()
+	if err := sb2.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case w := <-done:
+		if w.err != nil || w.exit.Signal != int(syscall.SIGKILL) {
+			t.Errorf("Wait after Kill before Start: %+v %v", w.exit, w.err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("hang guard: Wait did not return after Kill before Start")
+	}
+	if err := sb2.Start(); err == nil {
+		t.Error("Start after Kill succeeded")
+	}
+	if exists(filepath.Join(e.ws, "ran2")) {
+		t.Error("the command of a sandbox killed before Start ran")
+	}
+}
+
+// TestFailedCreateLeavesNoRecord makes a named Create fail after its
+// record exists (its context ends before the clone): the record goes, and
+// the ID is free again.
+func TestFailedCreateLeavesNoRecord(t *testing.T) {
+	e := newEnv(t)
+	spec, err := compile(e.ws, "exit 0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := lifecycle.Create(ctx, spec, lifecycle.Options{ID: "again", StateDir: e.dir, SeccompCache: e.cache}); err == nil {
+		t.Fatal("Create with an ended context succeeded")
+	}
+	if _, err := lifecycle.Load(e.dir, "again"); !errors.Is(err, lifecycle.ErrNotFound) {
+		t.Fatalf("Load after the failed Create: %v, want ErrNotFound", err)
+	}
+	sb := e.create(t, "again", "exit 6")
+	if err := sb.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if exit, err := sb.Wait(); err != nil || exit.Code != 6 {
+		t.Errorf("the second Create's sandbox: %+v %v", exit, err)
+	}
+}
+
+// TestStartDeleteRace starts and deletes a sandbox at once, and deletes it
+// twice at once: whatever the order, Delete removes everything once and
+// nothing races (run with -race).
+func TestStartDeleteRace(t *testing.T) {
+	e := newEnv(t)
+	for i := range 5 {
+		sb := e.create(t, fmt.Sprintf("race%d", i), "sleep 5")
+		r := e.load(t, sb.ID())
+		var wg sync.WaitGroup
+		wg.Add(3)
+		go func() { defer wg.Done(); _ = sb.Start() }()
+		go func() { defer wg.Done(); _ = sb.Delete() }()
+		go func() { defer wg.Done(); _ = sb.Delete() }()
+		wg.Wait()
+		if r.Init.Alive() || exists(filepath.Join(e.dir, sb.ID()+".json")) {
+			t.Fatalf("round %d: the init or the record outlived Delete", i)
+		}
+		for _, p := range r.Cgroup {
+			if exists(p) {
+				t.Errorf("round %d: the cgroup %s is left", i, p)
+			}
+		}
 	}
 }

@@ -82,12 +82,54 @@ func StateDir(euid int) string {
 
 func recordPath(dir, id string) string { return filepath.Join(dir, id+".json") }
 
-// createRecord stores a new record; the exclusive create refuses an ID in
+// lockDir takes the state directory's lock, exclusively: creating a
+// record, sweeping and removing one hold it, so that a sweep never removes
+// a record that a creator made in its place after it read the old one.
+// Rewrites by a live owner need none: a sweep leaves its records alone.
+func lockDir(dir string) (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lifecycle: lock: %w", err)
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lifecycle: lock: %w", err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// privateDir checks that dir, which holds records other code acts on
+// (signals, kills), is the caller's alone; a missing one holds nothing.
+func privateDir(dir string) (exists bool, err error) {
+	err = statedir.Private(dir, os.Geteuid())
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("lifecycle: state directory: %w", err)
+	}
+	return true, nil
+}
+
+// createRecord stores a new record, sweeping the records of dead owners
+// first (their IDs may be reused); the exclusive create refuses an ID in
 // use, so two creators of one ID cannot both go on.
 func createRecord(dir string, r *Record) (string, error) {
 	if err := statedir.Ensure(dir, os.Geteuid()); err != nil {
 		return "", fmt.Errorf("lifecycle: state directory: %w", err)
 	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	_, _ = sweepLocked(dir)
 	b, err := json.Marshal(r)
 	if err != nil {
 		return "", fmt.Errorf("lifecycle: record: %w", err)
@@ -109,19 +151,38 @@ func createRecord(dir string, r *Record) (string, error) {
 }
 
 // rewriteRecord replaces the record at path atomically: a reader sees the
-// old one or the new one, never a torn one.
+// old one or the new one, never a torn one. The new content goes to a
+// fresh file of its own (never through a name someone else made).
 func rewriteRecord(path string, r *Record) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("lifecycle: record: %w", err)
 	}
-	tmp := path + ".tmp" // not *.json: List and Sweep skip it
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-") // not *.json: List and Sweep skip it
+	if err != nil {
 		return fmt.Errorf("lifecycle: record: %w", err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
+	_, werr := f.Write(b)
+	if err := errors.Join(werr, f.Close()); err != nil {
+		os.Remove(f.Name())
 		return fmt.Errorf("lifecycle: record: %w", err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("lifecycle: record: %w", err)
+	}
+	return nil
+}
+
+// removeRecord removes the record at path under the directory's lock.
+func removeRecord(path string) error {
+	unlock, err := lockDir(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("lifecycle: remove record: %w", err)
 	}
 	return nil
 }
@@ -130,6 +191,12 @@ func rewriteRecord(path string, r *Record) error {
 // record says, corrected to Stopped when the init or the owner is gone.
 func Load(dir, id string) (*Record, error) {
 	if err := ValidID(id); err != nil {
+		return nil, err
+	}
+	if ok, err := privateDir(dir); err != nil || !ok {
+		if err == nil {
+			err = fmt.Errorf("%w: %q", ErrNotFound, id)
+		}
 		return nil, err
 	}
 	r, err := readRecord(recordPath(dir, id))
@@ -192,10 +259,10 @@ func (r *Record) observed() State {
 // List reads every record in dir, sorted by ID. Files that are not valid
 // records are left out and reported in err, which does not stop the list.
 func List(dir string) ([]Record, error) {
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+	if ok, err := privateDir(dir); err != nil || !ok {
+		return nil, err
 	}
+	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("lifecycle: list: %w", err)
 	}
@@ -239,10 +306,20 @@ func (r *Record) Signal(sig syscall.Signal) error {
 // cgroups' own sweep removes their cgroups. Records of owners in another
 // PID namespace are left alone. removed counts the records removed.
 func Sweep(dir string) (removed int, err error) {
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return 0, nil
+	if ok, err := privateDir(dir); err != nil || !ok {
+		return 0, err
 	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
+	return sweepLocked(dir)
+}
+
+// sweepLocked is Sweep with the directory's lock held.
+func sweepLocked(dir string) (removed int, err error) {
+	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return 0, fmt.Errorf("lifecycle: sweep: %w", err)
 	}
@@ -250,10 +327,10 @@ func Sweep(dir string) (removed int, err error) {
 	for _, e := range ents {
 		name := e.Name()
 		path := filepath.Join(dir, name)
-		if strings.HasSuffix(name, ".json.tmp") {
+		if base, _, ok := strings.Cut(name, ".json.tmp-"); ok && strings.HasPrefix(base, ".") {
 			// A rewrite that its writer did not finish: stale once the
 			// record it belongs to is gone.
-			if _, err := os.Lstat(strings.TrimSuffix(path, ".tmp")); errors.Is(err, fs.ErrNotExist) {
+			if _, err := os.Lstat(filepath.Join(dir, base[1:]+".json")); errors.Is(err, fs.ErrNotExist) {
 				os.Remove(path)
 			}
 			continue

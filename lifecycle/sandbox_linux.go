@@ -29,7 +29,10 @@ type Options struct {
 	// by which other processes find it; Create refuses an ID in use.
 	// Without one the sandbox is anonymous: nothing is written for it.
 	ID string
-	// StateDir holds the records; "" is StateDir(euid).
+	// StateDir holds the records; "" is StateDir(euid), which Compile
+	// keeps out of every sandbox's binds. Another directory must be the
+	// caller's alone and out of reach of the sandboxes too: its records
+	// steer which processes Sweep kills.
 	StateDir string
 
 	Stdin  io.Reader
@@ -57,14 +60,23 @@ type Options struct {
 	// Forwarder, when set, passes the signals it took over on to the
 	// init once the command runs.
 	Forwarder *nsinit.Forwarder
-	// Express, when set, is asked once a prestarted init was adopted and
-	// its command started, what the CLI's express path should cache
-	// (nsinit.Config.Express).
-	Express func(ExpressInputs) *nsinit.Express
+	// Prestart, when set, offers Create an init the program started
+	// before its Go runtime (the agentrun CLI's fast path).
+	Prestart Prestart
 }
 
-// ExpressInputs is what the express record is made from besides the plan.
-type ExpressInputs struct {
+// Prestart is nsinit.Prestart for the lifecycle: once an adopted init's
+// command runs, Adopted also gets what the sandbox was built from.
+type Prestart interface {
+	Take() (nsinit.Prestarted, bool)
+	Cache(image []byte)
+	Forget()
+	Adopted(release []byte, b Built)
+}
+
+// Built is what a sandbox was built from besides its plan.
+type Built struct {
+	Spec        *specs.Spec
 	Cgroup      *cgroups.Cgroup
 	Undelegated *cgroups.Undelegated // why there is no cgroup, when Cgroup is nil
 	Warned      bool                 // a warning was given
@@ -74,6 +86,15 @@ type ExpressInputs struct {
 	TemplateDir     string
 	TemplateSkipped bool
 }
+
+// prestart adapts a Prestart to nsinit's, adding what the sandbox was
+// built from.
+type prestart struct {
+	Prestart
+	built func() Built
+}
+
+func (p prestart) Adopted(release []byte) { p.Prestart.Adopted(release, p.built()) }
 
 // StepError is a failure to build the sandbox, naming the step that
 // failed ("cgroups", "mount /workspace", ...).
@@ -97,41 +118,48 @@ type Sandbox struct {
 	tasks []*os.File
 	tmpl  *mounts.Template
 
-	mu       sync.Mutex
-	state    State
-	waited   chan struct{} // closed once Wait has the exit
-	exit     nsinit.Exit
-	exitErr  error
-	waitOnce sync.Once
-	deleted  bool
+	mu    sync.Mutex
+	state State
+	// released is closed once Start is over, or the sandbox was killed
+	// before it: only then may Wait read the init's reports, which Start
+	// reads until the command runs.
+	released    chan struct{}
+	releaseOnce sync.Once
+	waited      chan struct{} // closed once Wait has the exit
+	exit        nsinit.Exit
+	exitErr     error
+	waitOnce    sync.Once
+	deleteOnce  sync.Once
+	deleteErr   error
+	deleted     bool
 }
 
 // Create builds the sandbox of spec: its cgroup, root template, init and
 // namespaces. It returns once the init has built the root and waits for
 // Start; nothing of the command has run. On error nothing is left behind.
 func Create(ctx context.Context, spec *specs.Spec, opts Options) (_ *Sandbox, err error) {
-	s := &Sandbox{id: opts.ID, spec: spec, state: Creating, waited: make(chan struct{})}
+	s := &Sandbox{id: opts.ID, spec: spec, state: Creating, released: make(chan struct{}), waited: make(chan struct{})}
 	if opts.ID != "" {
 		if err := ValidID(opts.ID); err != nil {
 			return nil, err
 		}
-		self, err := procid.Self()
-		if err != nil {
-			return nil, err
+		self, serr := procid.Self()
+		if serr != nil {
+			return nil, serr
 		}
 		dir := opts.StateDir
 		if dir == "" {
 			dir = StateDir(os.Geteuid())
 		}
-		// Records of owners that died go first: their IDs may be reused.
-		_, _ = Sweep(dir)
 		s.rec = Record{Version: recordVersion, ID: opts.ID, State: Creating, Owner: self, Created: time.Now().UTC()}
-		if s.recPath, err = createRecord(dir, &s.rec); err != nil {
-			return nil, err
+		path, cerr := createRecord(dir, &s.rec)
+		if cerr != nil {
+			return nil, cerr
 		}
+		s.recPath = path
 		defer func() {
 			if err != nil {
-				os.Remove(s.recPath)
+				_ = removeRecord(path)
 			}
 		}()
 	}
@@ -207,15 +235,15 @@ func Create(ctx context.Context, spec *specs.Spec, opts Options) (_ *Sandbox, er
 			return m.place, nil
 		},
 	}
-	if opts.Express != nil {
-		cfg.Express = func() *nsinit.Express {
+	if opts.Prestart != nil {
+		cfg.Prestart = prestart{Prestart: opts.Prestart, built: func() Built {
 			m := cgroup()
-			in := ExpressInputs{Cgroup: m.cg, Undelegated: m.und, Warned: warned.Load(), TemplateSkipped: skipped}
+			b := Built{Spec: spec, Cgroup: m.cg, Undelegated: m.und, Warned: warned.Load(), TemplateSkipped: skipped}
 			if tmpl != nil {
-				in.TemplateDir = tmpl.Dir
+				b.TemplateDir = tmpl.Dir
 			}
-			return opts.Express(in)
-		}
+			return b
+		}}
 	}
 	proc, err := nsinit.Create(cfg)
 	if m := cgroup(); m.err != nil {
@@ -251,7 +279,14 @@ func Create(ctx context.Context, spec *specs.Spec, opts Options) (_ *Sandbox, er
 		}
 		if err := rewriteRecord(s.recPath, &s.rec); err != nil {
 			_ = proc.Kill()
+			s.release()
 			s.reap()
+			if s.cg != nil {
+				_ = s.cg.Delete()
+			}
+			for _, f := range s.tasks {
+				f.Close()
+			}
 			return nil, err
 		}
 	}
@@ -283,7 +318,7 @@ func (s *Sandbox) Prestart() string { return s.proc.Prestart() }
 // Delete removes.
 func (s *Sandbox) Start() error {
 	s.mu.Lock()
-	if s.state != Created {
+	if s.state != Created || s.deleted {
 		st := s.state
 		s.mu.Unlock()
 		return fmt.Errorf("lifecycle: sandbox %q is %s, not %s", s.id, st, Created)
@@ -291,11 +326,9 @@ func (s *Sandbox) Start() error {
 	s.state = Running
 	s.mu.Unlock()
 	err := s.proc.Start()
+	s.release()
 	// The tasks files have done their work: the init joined its cgroup.
-	for _, f := range s.tasks {
-		f.Close()
-	}
-	s.tasks = nil
+	s.closeTasks()
 	if err != nil {
 		s.setStopped()
 		var se *nsinit.StepError
@@ -308,17 +341,47 @@ func (s *Sandbox) Start() error {
 	return nil
 }
 
-// Signal sends sig to the init, which passes it on to the command.
+// release opens the way for Wait: Start is over, or will never come.
+func (s *Sandbox) release() { s.releaseOnce.Do(func() { close(s.released) }) }
+
+// closeTasks closes the v1 cgroup "tasks" files the init joined by.
+func (s *Sandbox) closeTasks() {
+	s.mu.Lock()
+	tasks := s.tasks
+	s.tasks = nil
+	s.mu.Unlock()
+	for _, f := range tasks {
+		f.Close()
+	}
+}
+
+// Signal sends sig to the init, which passes it on to the command; one
+// sent before Start reaches the command as it starts.
 func (s *Sandbox) Signal(sig syscall.Signal) error { return s.proc.Signal(sig) }
 
 // Kill ends the whole sandbox: the init dies, and the kernel kills every
-// process left in its PID namespace.
-func (s *Sandbox) Kill() error { return s.proc.Kill() }
+// process left in its PID namespace. A sandbox killed before Start never
+// runs its command.
+func (s *Sandbox) Kill() error {
+	err := s.proc.Kill()
+	s.mu.Lock()
+	if s.state == Created {
+		// Start would find the init gone; Wait may read its end.
+		s.state = Stopped
+		s.mu.Unlock()
+		s.release()
+		return err
+	}
+	s.mu.Unlock()
+	return err
+}
 
 // Wait blocks until the sandbox has ended and returns how its command
-// ended. Without a PID namespace the cgroup is killed too, so that nothing
-// of the sandbox outlives it. Every call returns the same.
+// ended; for a sandbox not started yet, it waits for Start, Kill or
+// Delete first. Without a PID namespace the cgroup is killed too, so that
+// nothing of the sandbox outlives it. Every call returns the same.
 func (s *Sandbox) Wait() (nsinit.Exit, error) {
+	<-s.released
 	s.reap()
 	return s.exit, s.exitErr
 }
@@ -335,7 +398,8 @@ func (s *Sandbox) reap() {
 	})
 }
 
-// Done is closed once the sandbox has ended and Wait has its exit.
+// Done is closed once the sandbox has ended and Wait (or Delete) has
+// reaped it.
 func (s *Sandbox) Done() <-chan struct{} { return s.waited }
 
 func (s *Sandbox) setStopped() {
@@ -345,16 +409,17 @@ func (s *Sandbox) setStopped() {
 	s.updateRecord(Stopped)
 }
 
-// updateRecord writes st into the record. A failed write leaves the
-// record behind its sandbox, which readers correct from the processes
-// (Record.observed); nothing else depends on it.
+// updateRecord writes st into the record, unless the sandbox moved on
+// meanwhile (a Running that comes after a Stopped). A failed write leaves
+// the record behind its sandbox, which readers correct from the
+// processes (Record.observed); nothing else depends on it.
 func (s *Sandbox) updateRecord(st State) {
 	if s.recPath == "" {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.deleted {
+	if s.deleted || s.rec.State == Stopped || (st == Running && s.state != Running) {
 		return
 	}
 	s.rec.State = st
@@ -392,22 +457,23 @@ func (s *Sandbox) Violations() []seccomp.Event { return s.proc.Violations() }
 // created and never started is deleted the same way. It may be called
 // more than once.
 func (s *Sandbox) Delete() error {
+	s.deleteOnce.Do(func() { s.deleteErr = s.delete() })
+	return s.deleteErr
+}
+
+func (s *Sandbox) delete() error {
 	s.mu.Lock()
-	if s.deleted {
-		s.mu.Unlock()
-		return nil
-	}
+	s.deleted = true
 	s.mu.Unlock()
 	select {
 	case <-s.waited:
 	default:
-		_ = s.proc.Kill()
+		_ = s.Kill()
 	}
+	// A Start running meanwhile returns once the init is gone.
+	<-s.released
 	s.reap()
-	for _, f := range s.tasks {
-		f.Close()
-	}
-	s.tasks = nil
+	s.closeTasks()
 	var err error
 	if s.cg != nil {
 		err = s.cg.Delete()
@@ -415,13 +481,8 @@ func (s *Sandbox) Delete() error {
 	if s.tmpl != nil {
 		s.tmpl.Close()
 	}
-	s.mu.Lock()
-	s.deleted = true
-	s.mu.Unlock()
 	if s.recPath != "" {
-		if rerr := os.Remove(s.recPath); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
-			err = errors.Join(err, fmt.Errorf("lifecycle: remove record: %w", rerr))
-		}
+		err = errors.Join(err, removeRecord(s.recPath))
 	}
 	return err
 }

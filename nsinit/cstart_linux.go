@@ -115,7 +115,7 @@ func startC(cfg *Config) (_ *Process, err error) {
 		return nil, err
 	}
 	if pre.image != nil && (cg == nil || len(cg.Tasks) > 0) {
-		cacheImage(pre.path, pre.image)
+		cfg.Prestart.Cache(pre.image)
 	}
 	// The id maps and the byte that releases the child into its setup are
 	// written on the thread that cloned it, straight after the clone: a

@@ -50,10 +50,9 @@ type Config struct {
 	// then), until the init exits (later ones are swallowed until the
 	// caller stops it). ForwardSignals makes one.
 	Forwarder *Forwarder
-	// Express, when set, is asked after a prestarted init was adopted and
-	// its command started; what it returns (nil: nothing) is cached next
-	// to the plan image for the express path.
-	Express func() *Express
+	// Prestart, when set, offers Start an init the program started before
+	// its Go runtime, and caches this spawn's plan for the next one.
+	Prestart Prestart
 
 	// usernsHolder, when set, replaces the C init's idmap holder
 	// (cinit.UsernsHolder), so that a test can watch every holder's

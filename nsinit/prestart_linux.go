@@ -4,16 +4,10 @@ package nsinit
 
 import (
 	"bytes"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 
-	"github.com/agentrun/agentrun/internal/statedir"
 	"github.com/agentrun/agentrun/mounts"
 	"github.com/agentrun/agentrun/nsinit/internal/cinit"
 	"github.com/agentrun/agentrun/seccomp"
@@ -21,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// What became of a prestart (nsinit/prestart), as Process.Prestart reports it.
+// What became of a prestart (Config.Prestart), as Process.Prestart reports it.
 const (
 	// PrestartHit means the init started before the Go runtime was adopted.
 	PrestartHit = "hit"
@@ -34,43 +28,14 @@ const (
 	PrestartMismatch = "mismatch"
 )
 
-// maxImages bounds the cached images per user; beyond it the directory
-// is emptied before the next one is written.
-const maxImages = 256
-
 // errNotAdoptable says the init cannot be placed in this spawn's cgroup at
 // its release (only v1 "tasks" files can be passed along).
 var errNotAdoptable = errors.New("nsinit: prestart cannot join this cgroup")
 
-// DiscardPrestart kills an init the CLI's constructor started that no spawn
-// took, e.g. because the command line was refused before the spawn. Its
-// parent death signal would end it at exit anyway; this ends it now.
-func DiscardPrestart() {
-	if pre := cinit.TakePrestart(); pre.State == cinit.PrestartStarted {
-		killPrestart(pre)
-	}
-}
-
-// killPrestart kills an early init that is not to be adopted. It is
-// reaped off the spawn's path: its namespaces are torn down in its exit,
-// before it can be reaped (about a millisecond of mounts here), and the
-// spawn has no use for it after.
-func killPrestart(pre cinit.Prestart) {
-	_ = unix.Kill(pre.Pid, unix.SIGKILL)
-	_ = unix.Close(pre.Sock)
-	go func() {
-		for {
-			if _, err := unix.Wait4(pre.Pid, nil, 0, nil); !errors.Is(err, unix.EINTR) {
-				return
-			}
-		}
-	}()
-}
-
 // prestartImage is the image of the plan startC would run for spec, with
 // the placeholders cinit.h describes: what the constructor must have read
 // for its init to be this spawn's.
-func prestartImage(cfg *Config, spec *specs.Spec, pre cinit.Prestart) ([]byte, error) {
+func prestartImage(cfg *Config, spec *specs.Spec, pre Prestarted) ([]byte, error) {
 	for i, s := range []any{cfg.Stdin, cfg.Stdout, cfg.Stderr} {
 		if f, ok := s.(*os.File); !ok || f == nil || f.Fd() != uintptr(i) {
 			return nil, errors.New("nsinit: prestart needs the process's own stdio")
@@ -120,7 +85,7 @@ func prestartImage(cfg *Config, spec *specs.Spec, pre cinit.Prestart) ([]byte, e
 			ids.GIDMap = formatIDMap(spec.Linux.GIDMappings)
 		}
 	}
-	return cinit.Image(plan, preps, ids, pre.Key, pre.Exe)
+	return cinit.Image(plan, preps, ids, pre.Key, cinit.Exe(pre.Exe))
 }
 
 // prestarted is what takePrestart settled.
@@ -129,18 +94,20 @@ type prestarted struct {
 	p    *Process
 	err  error
 	done bool
-	// image is what to cache at path once the spawn shows that its init
-	// can be adopted next time (nil: nothing).
-	path  string
+	// image is what to cache once the spawn shows that its init can be
+	// adopted next time (nil: nothing).
 	image []byte
 	// outcome is for Process.Prestart.
 	outcome string
 }
 
-// takePrestart settles the constructor's work for this spawn.
+// takePrestart settles the program's prestart for this spawn.
 func takePrestart(cfg *Config, spec *specs.Spec, awaitProg func() (*seccomp.Program, error)) prestarted {
-	pre := cinit.TakePrestart()
-	if pre.State == cinit.PrestartOff {
+	if cfg.Prestart == nil {
+		return prestarted{}
+	}
+	pre, ok := cfg.Prestart.Take()
+	if !ok {
 		return prestarted{}
 	}
 	img, ierr := prestartImage(cfg, spec, pre)
@@ -149,8 +116,8 @@ func takePrestart(cfg *Config, spec *specs.Spec, awaitProg func() (*seccomp.Prog
 		// the command: an image for this key would never be adopted.
 		ierr = errors.New("nsinit: prestart split the command line elsewhere")
 	}
-	r := prestarted{outcome: PrestartMiss, path: pre.Path}
-	if pre.State == cinit.PrestartStarted {
+	r := prestarted{outcome: PrestartMiss}
+	if pre.Started {
 		if ierr == nil && bytes.Equal(img, pre.Image) {
 			// The plan is this spawn's: the init may now make mount
 			// points inside host binds (await_verified in cinit.c). A
@@ -162,14 +129,13 @@ func takePrestart(cfg *Config, spec *specs.Spec, awaitProg func() (*seccomp.Prog
 			}
 			ierr = err
 		} else {
-			killPrestart(pre)
+			pre.Discard()
 		}
 		r.outcome = PrestartMismatch
 	}
 	if ierr != nil {
 		// Not for the cache: stop starting inits that cannot be adopted.
-		_ = os.Remove(pre.Path)
-		_ = os.Remove(pre.Path + expressSuffix)
+		cfg.Prestart.Forget()
 		return r
 	}
 	r.image = img
@@ -180,15 +146,15 @@ func takePrestart(cfg *Config, spec *specs.Spec, awaitProg func() (*seccomp.Prog
 // past its root (short of mount points inside host binds until it got
 // 'v'), for the release, which here also carries the v1 cgroup "tasks"
 // files it joins first (await_release in cinit.c).
-func adoptPrestart(cfg *Config, pre cinit.Prestart, awaitProg func() (*seccomp.Program, error)) (*Process, error) {
+func adoptPrestart(cfg *Config, pre Prestarted, awaitProg func() (*seccomp.Program, error)) (*Process, error) {
 	cg, err := cfg.placement()
 	if err != nil {
-		killPrestart(pre)
+		pre.Discard()
 		_, _ = awaitProg()
 		return nil, err
 	}
 	if cg != nil && len(cg.Tasks) == 0 {
-		killPrestart(pre)
+		pre.Discard()
 		return nil, errNotAdoptable
 	}
 	p := &Process{pid: pre.Pid, sock: os.NewFile(uintptr(pre.Sock), "sync-parent"), waited: make(chan struct{}), inCgroup: true, prestart: PrestartHit}
@@ -223,119 +189,10 @@ func adoptPrestart(cfg *Config, pre cinit.Prestart, awaitProg func() (*seccomp.P
 		if _, err := p.awaitStarted(werr); err != nil {
 			return err
 		}
-		if p.pending == nil && cfg.Express != nil {
-			// A spawn that no longer qualifies (a warning, say) must not
-			// leave the record of one that did.
-			switch x := cfg.Express(); {
-			case x == nil || pre.NoExpress:
-				_ = os.Remove(pre.Path + expressSuffix)
-			case !pre.ExpressHeld:
-				cacheExpress(pre, release, x)
-			}
+		if p.pending == nil {
+			cfg.Prestart.Adopted(release)
 		}
 		return nil
 	}
 	return p, nil
-}
-
-// expressSuffix names the express record next to its plan image.
-const expressSuffix = ".express"
-
-// expressRecord is the text express.c reads: the image it belongs to, the
-// signals, the cgroup recipe, the release message and the fingerprints,
-// one per line, fields separated by tabs. Nil when a value cannot be
-// written that way.
-func expressRecord(imageSum uint64, release []byte, x *Express) []byte {
-	if len(x.Signals) == 0 || !filepath.IsAbs(x.StateDir) {
-		return nil
-	}
-	if x.NoCgroup {
-		if x.PidsMax != 0 || x.CgroupDir != "" || x.CgroupParent != "" {
-			return nil
-		}
-	} else if x.PidsMax <= 0 || !filepath.IsAbs(x.CgroupDir) || x.CgroupParent == "" || strings.Contains(x.CgroupParent, "/") {
-		return nil
-	}
-	for _, f := range []string{x.StateDir, x.CgroupParent, x.CgroupDir} {
-		if strings.ContainsAny(f, "\t\n\x00") {
-			return nil
-		}
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "agentrun-express 1\nimage %016x\nsignals", imageSum)
-	for _, s := range x.Signals {
-		fmt.Fprintf(&b, " %d", s)
-	}
-	if x.NoCgroup {
-		fmt.Fprintf(&b, "\nno-cgroup\t%s", x.StateDir)
-	} else {
-		fmt.Fprintf(&b, "\ncgroup\t%s\t%s\t%s\t%d", x.StateDir, x.CgroupParent, x.CgroupDir, x.PidsMax)
-	}
-	fmt.Fprintf(&b, "\nrelease %s\n", hex.EncodeToString(release))
-	for _, f := range x.Fingerprints {
-		if strings.ContainsAny(f, "\n\x00") {
-			return nil
-		}
-		b.WriteString(f)
-		b.WriteByte('\n')
-	}
-	b.WriteString("end\n")
-	return []byte(b.String())
-}
-
-// cacheExpress stores the express record of the image pre was started
-// from. Best effort, like cacheImage.
-func cacheExpress(pre cinit.Prestart, release []byte, x *Express) {
-	if len(pre.Image) < 24 {
-		return
-	}
-	rec := expressRecord(binary.NativeEndian.Uint64(pre.Image[16:24]), release, x)
-	if rec == nil {
-		return
-	}
-	writeCached(pre.Path+expressSuffix, rec)
-}
-
-// cacheImage stores img where the constructor of the next spawn with the
-// same key looks for it. Best effort: a failure only costs the next spawn
-// its head start.
-func cacheImage(path string, img []byte) {
-	dir := filepath.Dir(path)
-	euid := os.Geteuid()
-	if err := statedir.Ensure(dir, euid); err != nil {
-		return
-	}
-	if ents, err := os.ReadDir(dir); err == nil && countImages(ents) >= maxImages {
-		for _, e := range ents {
-			_ = os.Remove(filepath.Join(dir, e.Name()))
-		}
-	}
-	writeCached(path, img)
-}
-
-// countImages counts the plan images among a cache directory's entries
-// (not their express records).
-func countImages(ents []os.DirEntry) int {
-	n := 0
-	for _, e := range ents {
-		if !strings.HasSuffix(e.Name(), expressSuffix) {
-			n++
-		}
-	}
-	return n
-}
-
-// writeCached replaces path (in the private cache directory) with data.
-func writeCached(path string, data []byte) {
-	f, err := os.CreateTemp(filepath.Dir(path), ".image-")
-	if err != nil {
-		return
-	}
-	_, werr := f.Write(data)
-	if cerr := f.Close(); werr == nil && cerr == nil {
-		werr = os.Rename(f.Name(), path)
-	}
-	if werr != nil {
-		_ = os.Remove(f.Name())
-	}
 }

@@ -11,7 +11,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -27,9 +26,6 @@ import (
 
 	"github.com/agentrun/agentrun"
 	"github.com/agentrun/agentrun/nsinit"
-	// Starts a spawn's sandbox init before the Go runtime when an earlier
-	// spawn with the same flags cached its plan.
-	_ "github.com/agentrun/agentrun/nsinit/prestart"
 	"github.com/agentrun/agentrun/probe"
 )
 
@@ -73,6 +69,15 @@ func run(args []string, stderr io.Writer) int {
 
 const version = "0.1.0-dev"
 
+// forwarded are the signals the CLI passes on to a spawn's command.
+var forwarded = []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
+	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH}
+
+// fastConfig is what the spawn's flags say of the CLI's fast path
+// (fastpath.Config): record, the express path is on; eligible, the
+// spawn's outcome is its exit status alone.
+type fastConfig struct{ record, eligible bool }
+
 // fail prints the one-line reason and returns the setup-failure status.
 func fail(stderr io.Writer, format string, a ...any) int {
 	fmt.Fprintf(stderr, "agentrun: "+format+"\n", a...)
@@ -82,7 +87,7 @@ func fail(stderr io.Writer, format string, a ...any) int {
 func spawn(args []string, stderr io.Writer) int {
 	// An init the constructor started that this spawn did not take (a
 	// refused command line or policy) ends here, not only at exit.
-	defer nsinit.DiscardPrestart()
+	defer discardPrestart()
 	opts, err := parseSpawn(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -94,28 +99,23 @@ func spawn(args []string, stderr io.Writer) int {
 	}
 	ropts := agentrun.Options{
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
-		// Forwarded, and held while the sandbox is built; on Linux
-		// without os/signal, whose hooks cost a thread and a hand-off
-		// each. Kept until exit: a second Ctrl-C must not cut the
-		// clean-up, --result or the exit status short.
-		ForwardSignals: []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
-			syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH},
-		KeepSignals: true,
-		Warn:        func(m string) { fmt.Fprintf(stderr, "agentrun: warning: %s\n", m) },
+		Warn: func(m string) { fmt.Fprintf(stderr, "agentrun: warning: %s\n", m) },
 		// Only --result shows usage figures, and only it and --verbose
 		// show violations.
 		SkipUsage:      opts.result == "",
 		SkipViolations: opts.result == "" && !opts.verbose,
-		// AGENTRUN_EXPRESS=0 turns the express path off (express.c):
-		// then there is nothing to cache for it either.
-		Express: opts.splitAtFirstDashDash && !slices.Contains([]string{"0", "off"}, os.Getenv("AGENTRUN_EXPRESS")),
 	}
+	// AGENTRUN_EXPRESS=0 turns the express path off (express.c): then
+	// there is nothing to cache for it either. Its spawns give their exit
+	// status and nothing else.
+	record := opts.splitAtFirstDashDash && !slices.Contains([]string{"0", "off"}, os.Getenv("AGENTRUN_EXPRESS"))
+	fast := fastConfig{record: record, eligible: record && opts.result == "" && !opts.verbose && opts.policy.Timeout == 0}
 	if opts.verbose {
 		ropts.OnViolation = func(v agentrun.Violation) {
 			fmt.Fprintf(stderr, "agentrun: denied %s %s (%s)\n", v.Name, v.Detail, v.Suggestion)
 		}
 	}
-	res, err := agentrun.Run(context.Background(), opts.policy, ropts)
+	res, err := runSpawn(opts.policy, ropts, fast)
 	if err != nil {
 		code := fail(stderr, "%v", err)
 		writeResult(opts, &agentrun.Result{ExitCode: code, Error: err.Error()}, stderr)

@@ -1,6 +1,6 @@
 // Package passenv names the caller's environment variables that reach a
 // sandboxed command. It is its own package so that the prestart
-// constructor's copy of the list (nsinit/internal/cinit/prestart.c) can be
+// constructor's copy of the list (cmd/agentrun/internal/fastpath/prestart.c) can be
 // tested against it.
 package passenv
 

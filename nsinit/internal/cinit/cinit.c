@@ -145,7 +145,13 @@ int ar_initial_args_agree(void)
 	return argv[0] == arg_start && end == arg_end && envp == environ;
 }
 
-__attribute__((constructor)) static void record_start(int argc, char **argv, char **envp)
+/* The process's arguments as its constructor found them (record_start). */
+static int start_argc;
+static char **start_argv, **start_envp;
+
+/* AR_CTOR_INIT: before any constructor that may start an init (the CLI's
+ * fast path runs at AR_CTOR_FASTPATH), which needs these records. */
+__attribute__((constructor(AR_CTOR_INIT))) static void record_start(int argc, char **argv, char **envp)
 {
 	start_nofile_ok = getrlimit(RLIMIT_NOFILE, &start_nofile) == 0;
 #ifndef __GLIBC__
@@ -153,9 +159,18 @@ __attribute__((constructor)) static void record_start(int argc, char **argv, cha
 		return;
 #endif
 	record_layout(argc, argv, envp);
-	/* Last: the init it may start needs the two records above. */
 	if (argc > 0 && argv)
-		ar_prestart(argc, argv, envp);
+		start_argc = argc, start_argv = argv, start_envp = envp;
+}
+
+int ar_start_args(int *argc, char ***argv, char ***envp)
+{
+	if (!start_argv)
+		return -1;
+	*argc = start_argc;
+	*argv = start_argv;
+	*envp = start_envp;
+	return 0;
 }
 
 /* hide_cmdline replaces the init's copy of the caller's arguments and

@@ -181,12 +181,12 @@ int ar_sigfwd_uninstall(void); /* 1: a forwarding was installed */
 int ar_sigfwd_uninstall_raise(void);
 
 /*
- * Prestart. The CLI's process starts the init before the Go runtime does,
- * from a plan an earlier spawn with the same flags, directory and ids
- * cached as an image, so that the sandbox's namespaces and root are built
- * while Go starts. Nothing is trusted from the image until the Go side has
- * compiled its own plan and found the image byte for byte equal to it; the
- * init blocks before its release until then, and is killed otherwise.
+ * The plan image: a plan as bytes, which nsinit writes (cinit.Image) and
+ * the agentrun CLI's constructor starts an init from before its Go runtime
+ * starts (cmd/agentrun/internal/fastpath). Nothing is trusted from an
+ * image until the Go side has compiled its own plan and found the image
+ * byte for byte equal to it; the init blocks before its release until
+ * then, and is killed otherwise.
  *
  * An image is one buffer: this header at offset 0, then the plan and
  * everything it points to, with each pointer stored as an offset from the
@@ -233,37 +233,16 @@ struct ar_image {
 	int nprep;
 };
 
-/* What the constructor started, for the Go side (ar_prestart_take). */
-enum {
-	AR_PRESTART_OFF = 0,     /* not the CLI's spawn, or disabled */
-	AR_PRESTART_MISS = 1,    /* no usable image: key and path are set */
-	AR_PRESTART_STARTED = 2, /* an init runs from the image */
-	AR_PRESTART_STARTING = 3, /* internal: the starter has not reported yet */
-};
 
-struct ar_prestart {
-	int state;
-	int pid, sock;  /* STARTED: the init and the parent's end of its sync socket */
-	int starter, starter_fd; /* STARTING: the starter process and its report pipe */
-	const unsigned char *image; /* STARTED: the image as read, before relocation */
-	uint64_t image_len;
-	char *const *argv; /* the command after the first "--" (STARTED: the init's) */
-	const char *path;  /* the cache file for this key */
-	const char *key;
-	uint64_t keylen;
-	uint64_t exe_dev, exe_ino, exe_size, exe_ctime_sec, exe_ctime_nsec;
-	/* The express record held, but the express path stood aside for
-	 * another reason: Go need not write it again. */
-	int express_held;
-	/* The key names a policy file it could not hash: the express path
-	 * never applies, so Go writes no record for it. */
-	int no_express;
-};
+/* Constructor priorities: the init's records of the process first, then
+ * the CLI's fast path, which may start an init that needs them. */
+#define AR_CTOR_INIT 101
+#define AR_CTOR_FASTPATH 102
 
-/* ar_prestart runs in the process's constructor (cinit.c) when the binary
- * enables it (nsinit/prestart); ar_prestart_take hands its result to the
- * Go side once: later calls see AR_PRESTART_OFF. */
-void ar_prestart(int argc, char **argv, char **envp);
+/* ar_start_args gives the process's arguments and environment as the
+ * constructor found them (on musl, where constructors get none, from the
+ * initial stack): 0, or -1 when they could not be found. */
+int ar_start_args(int *argc, char ***argv, char ***envp);
 
 /*
  * ar_initial_args_agree: 1 when the arguments a musl build's constructor
@@ -279,26 +258,11 @@ int ar_initial_args_agree(void);
  */
 int ar_filter_allows(const void *filter, size_t n, uint32_t nr, unsigned known, const uint64_t *args);
 int ar_handover_allowed(const void *filter, size_t n, unsigned flags);
-/* The environment variables whose values are part of the key. */
-const char *const *ar_prestart_pass_env(void);
-struct ar_prestart ar_prestart_take(void);
-/* ar_prestart_take_express is ar_prestart_take for the express path: the
- * userns holders of an init started in this process are left for
- * ar_prestart_reap_holders, which reaps them once the release is sent,
- * when it costs the spawn nothing; ar_prestart_take reaps them itself. */
-struct ar_prestart ar_prestart_take_express(void);
-void ar_prestart_reap_holders(void);
-/* ar_express_parse_leaf reads an express cgroup's name (express.c). */
-int ar_express_parse_leaf(const char *name, unsigned long long *pid, unsigned long long *start, unsigned long long *ns);
 
-/* Shared by prestart.c and express.c. FNV-1a 64 of p, continuing h
- * (AR_FNV_OFFSET to start). */
+/* FNV-1a 64 of p, continuing h (AR_FNV_OFFSET to start): the image's
+ * checksum, and what the CLI's fast path names its cache files by. */
 #define AR_FNV_OFFSET 0xcbf29ce484222325ULL
 uint64_t ar_fnv1a(const unsigned char *p, uint64_t n, uint64_t h);
-/* ar_write_all writes all n bytes (EINTR retried): 0, or -1. */
-int ar_write_all(int fd, const void *buf, size_t n);
-/* ar_write_text writes s to the existing file path: 0, or -1. */
-int ar_write_text(const char *path, const char *s);
 /* ar_hexval is the value of a lower-case hex digit, -1 for anything else. */
 static inline int ar_hexval(int c)
 {
@@ -308,48 +272,6 @@ static inline int ar_hexval(int c)
 		return c - 'a' + 10;
 	return -1;
 }
-/* ar_read_all reads exactly n bytes: 0, or -1. */
-int ar_read_all(int fd, void *buf, size_t n);
-/* ar_read_text reads up to n-1 bytes of a small file (a /proc one) in one
- * read into buf, NUL-terminated; its length, or -1. */
-ssize_t ar_read_text(const char *path, char *buf, size_t n);
-
-/* ar_prestart_put_back undoes ar_prestart_take: the express path took
- * the init and then left the spawn to Go. */
-void ar_prestart_put_back(const struct ar_prestart *r);
-/* ar_open_cached opens dir/name if this user alone can have written it
- * (st: the file's). */
-int ar_open_cached(const char *dir, const char *name, uid_t euid, struct stat *st);
-
-/*
- * The express path (express.c). Go writes, next to an image it adopted
- * an init from, a record of what else that spawn needed (Express in
- * nsinit): a text file "<image>.express" of lines
- *	agentrun-express 1
- *	image <the image's checksum, 16 hex digits>
- *	signals <forwarded signal numbers, each after a space>
- *	cgroup\t<state dir>\t<parent name>\t<parent cgroup dir>\t<pids.max>
- *	  or, for a sandbox Go ran without a cgroup: no-cgroup\t<state dir>
- *	release <the release message, hex>
- *	<fingerprints: L, R, E, C and A lines, nsinit.Express>
- *	end
- * ar_express_open opens the record of the image dir/name (ar_open_cached),
- * -1 when there is none or AGENTRUN_EXPRESS turns the path off; ar_prestart
- * opens it before the init starts: with a record, it starts the init
- * itself, otherwise a starter process does.
- * ar_express_read, called by ar_prestart before the init starts, reads and
- * closes fd: 0 when it holds a record for img, whose release message it
- * points *rel at (the plan's early_release); -1 otherwise.
- * ar_express, called by ar_prestart once it started the init from the image
- * itself (or failed to, when there is no init to take) and ar_express_read
- * found the record, runs the spawn to its end and
- * exits when every fingerprint still holds and the cgroup can be made;
- * otherwise it returns with nothing changed, 1 when the record held all
- * the same.
- */
-int ar_express_open(const char *dir, const char *name, uid_t euid, struct stat *st);
-int ar_express_read(const struct ar_image *img, int fd, const struct stat *st, const unsigned char **rel, size_t *rel_len);
-int ar_express(const struct ar_image *img, uid_t euid); /* 1: the record held */
 
 /* ar_image_load validates img (len bytes, writable, relocated in place)
  * and returns its plan, or NULL with errno set. check_sum 0 skips the

@@ -461,18 +461,6 @@ func (b *builder) plan(p *Plan) (*C.struct_ar_plan, error) {
 // this process's constructor.
 func initialArgsAgree() bool { return C.ar_initial_args_agree() == 1 }
 
-// parseExpressLeaf is the express path's reading of an express cgroup's
-// name (ar_express_parse_leaf), for tests against cgroups.ParseExpressName.
-func parseExpressLeaf(name string) (pid int, start, pidns uint64, ok bool) {
-	cs := C.CString(name)
-	defer C.free(unsafe.Pointer(cs))
-	var p, s, n C.ulonglong
-	if C.ar_express_parse_leaf(cs, &p, &s, &n) != 0 {
-		return 0, 0, 0, false
-	}
-	return int(p), uint64(s), uint64(n), true
-}
-
 // filterAllows reports whether the loader's check (filter_allows in
 // cinit.c) finds that filter allows system call nr with the arguments args
 // whose bits are set in known, whatever the others are.

@@ -4,6 +4,6 @@
 // clones a child that builds the root, drops every privilege, loads the
 // filter and runs the command as PID 1. The package also holds the idmap
 // holder, the plan image (the Plan as bytes, which the CLI's constructor
-// caches and starts from: prestart.c, express.c) and the C signal
+// caches and starts from: cmd/agentrun/internal/fastpath) and the C signal
 // forwarder. It exists only in cgo builds on Linux.
 package cinit

@@ -16,79 +16,12 @@ import (
 	"unsafe"
 )
 
-// Prestart states (cinit.h's AR_PRESTART_*).
-const (
-	// PrestartOff means not the CLI's spawn, prestart disabled, or taken.
-	PrestartOff = C.AR_PRESTART_OFF
-	// PrestartMiss means no usable image; Path and Key say where one goes.
-	PrestartMiss = C.AR_PRESTART_MISS
-	// PrestartStarted means an init runs from the image at Path.
-	PrestartStarted = C.AR_PRESTART_STARTED
-)
-
 // PPIDSelf in an image's plan stands for the CLI process's pid (getpid()
 // in the constructor).
 const PPIDSelf = C.AR_PPID_SELF
 
 // Exe identifies the binary an image was written by.
 type Exe struct{ Dev, Ino, Size, CtimeSec, CtimeNsec uint64 }
-
-// Prestart is what the CLI's constructor did before the Go runtime
-// started (prestart.c).
-type Prestart struct {
-	State int
-	// Pid and Sock (the parent's end of its sync socket) of the init, and
-	// the image it was started from, as read.
-	Pid, Sock int
-	Image     []byte
-	// Argv is the command line after its first "--": the command the init
-	// was given.
-	Argv []string
-	// Path is the cache file for Key.
-	Path string
-	Key  []byte
-	Exe  Exe
-	// ExpressHeld says the express record still held on this spawn (the
-	// express path stood aside for another reason).
-	ExpressHeld bool
-	// NoExpress says the express path cannot apply to this key (a policy
-	// file it could not hash), so no record is written for it.
-	NoExpress bool
-}
-
-// TakePrestart returns what the constructor did, once; later calls, and
-// programs that do not enable prestart, get PrestartOff.
-func TakePrestart() Prestart {
-	r := C.ar_prestart_take()
-	p := Prestart{State: int(r.state)}
-	if p.State == PrestartOff {
-		return p
-	}
-	p.Path = C.GoString(r.path)
-	p.Key = C.GoBytes(unsafe.Pointer(r.key), C.int(r.keylen))
-	p.Exe = Exe{uint64(r.exe_dev), uint64(r.exe_ino), uint64(r.exe_size), uint64(r.exe_ctime_sec), uint64(r.exe_ctime_nsec)}
-	p.ExpressHeld = r.express_held != 0
-	p.NoExpress = r.no_express != 0
-	for i := 0; *at(r.argv, i) != nil; i++ {
-		p.Argv = append(p.Argv, C.GoString(*at(r.argv, i)))
-	}
-	if p.State == PrestartStarted {
-		p.Pid, p.Sock = int(r.pid), int(r.sock)
-		p.Image = C.GoBytes(unsafe.Pointer(r.image), C.int(r.image_len))
-	}
-	return p
-}
-
-// PassEnv is the constructor's list of the variables whose values are part
-// of its key: the ones that reach the command (internal/passenv).
-func PassEnv() []string {
-	var out []string
-	v := C.ar_prestart_pass_env()
-	for i := 0; *at(v, i) != nil; i++ {
-		out = append(out, C.GoString(*at(v, i)))
-	}
-	return out
-}
 
 // Prep is an idmapped bind start_core prepares as a detached tree, or the
 // root template's lock, which it opens and locks.

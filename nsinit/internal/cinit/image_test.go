@@ -6,21 +6,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"hash/fnv"
-	"slices"
 	"testing"
 
-	"github.com/agentrun/agentrun/internal/passenv"
 	"github.com/agentrun/agentrun/mounts"
 )
-
-// TestPassEnvMatches: the constructor keys on the variables that reach the
-// command. One it missed would make every change of it a mismatch (an
-// early init thrown away); one too many only splits the cache.
-func TestPassEnvMatches(t *testing.T) {
-	if got := PassEnv(); !slices.Equal(got, passenv.Names[:]) {
-		t.Fatalf("prestart.c keys on %v; internal/passenv passes %v", got, passenv.Names)
-	}
-}
 
 // fullPlan uses every kind of entry a plan can hold.
 func fullPlan() (*Plan, []Prep, IDMaps) {

@@ -1,6 +1,6 @@
-//go:build linux
+//go:build linux && cgo
 
-package agentrun
+package fastpath
 
 import (
 	"fmt"
@@ -14,11 +14,11 @@ import (
 	"github.com/agentrun/agentrun/cgroups"
 	"github.com/agentrun/agentrun/lifecycle"
 	"github.com/agentrun/agentrun/nsinit"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // hostRecorder does the host reads of NewHostInfo and Compile and writes
-// down each answer as a fingerprint (nsinit.Express): the express path
+// down each answer as a fingerprint (Express): the express path
 // may only run a cached plan while every one of them still gives the same
 // answer. Compile's output depends on nothing else of the host: the type,
 // mode, owner and size (regular files) of what it lstats, the targets it
@@ -46,7 +46,7 @@ func (r *hostRecorder) add(h hostRead) {
 	r.reads = append(r.reads, h)
 }
 
-// lines formats the fingerprints as nsinit.Express has them, each once:
+// lines formats the fingerprints as Express has them, each once:
 // Compile looks at some paths more than once (the workspace, its
 // directories), and every line costs the express path a system call.
 func (r *hostRecorder) lines() []string {
@@ -165,33 +165,28 @@ func (r *hostRecorder) readFile(path string) ([]byte, error) {
 	return os.ReadFile(path)
 }
 
-// recordedHostInfo is NewHostInfo with every host read going through r.
-func recordedHostInfo(p *Policy, r *hostRecorder) (*HostInfo, error) {
-	return hostInfoWith(p, &HostInfo{Lstat: r.lstat, Readlink: r.readlink, Resolve: r.resolve, Owner: r.owner, ReadFile: r.readFile})
-}
-
-// expressFor returns the express record's inputs for a spawn that ran with
-// these options, or nil when the express path could not give the same
-// outcome (see Options.Express).
+// expressFor returns the express record's inputs for a spawn the CLI
+// found eligible (Config.Eligible) that was built from b, or nil when the
+// express path could not give the same outcome.
 //
 // The sandbox has either one v1 cgroup, in the pids hierarchy alone, with
-// a pids limit only, or none, for the reason in.Undelegated gives.
-func expressFor(spec *specs.Spec, timeout int64, opts Options, rec *hostRecorder, in lifecycle.ExpressInputs) *nsinit.Express {
-	if rec == nil || rec.unsupported || in.Warned || in.TemplateSkipped || timeout != 0 || !opts.SkipUsage || !opts.SkipViolations ||
-		opts.OnViolation != nil || !opts.KeepSignals || len(opts.ForwardSignals) == 0 || opts.StartAfter != nil ||
-		opts.Signals != nil || !nsinit.HasNamespace(spec, specs.PIDNamespace) {
+// a pids limit only, or none, for the reason b.Undelegated gives.
+func expressFor(rec *hostRecorder, sigs []syscall.Signal, b lifecycle.Built) *Express {
+	spec := b.Spec
+	if rec == nil || rec.unsupported || b.Warned || b.TemplateSkipped || len(sigs) == 0 ||
+		spec == nil || !nsinit.HasNamespace(spec, specs.PIDNamespace) {
 		return nil
 	}
-	if in.TemplateDir != "" {
+	if b.TemplateDir != "" {
 		// The express path opens the template by its path: a template
 		// swept and built again there is another directory.
-		if _, err := rec.lstat(in.TemplateDir); err != nil {
+		if _, err := rec.lstat(b.TemplateDir); err != nil {
 			return nil
 		}
 	}
-	cg := in.Cgroup
+	cg := b.Cgroup
 	if cg == nil {
-		return expressUndelegated(spec, opts, rec, in.Undelegated)
+		return expressUndelegated(spec, sigs, rec, b.Undelegated)
 	}
 	if cg.V2() || len(cg.Paths()) != 1 || !slices.Equal(cg.Controllers(0), []string{cgroups.Pids}) || cg.Record() == "" {
 		return nil
@@ -213,7 +208,7 @@ func expressFor(spec *specs.Spec, timeout int64, opts Options, rec *hostRecorder
 	if hash == "" {
 		return nil
 	}
-	x := &nsinit.Express{
+	x := &Express{
 		StateDir:  filepath.Dir(cg.Record()),
 		CgroupDir: filepath.Dir(cg.Paths()[0]),
 		PidsMax:   pids,
@@ -225,7 +220,7 @@ func expressFor(spec *specs.Spec, timeout int64, opts Options, rec *hostRecorder
 		return nil
 	}
 	x.Fingerprints = append(rec.lines(), "C\t"+hash)
-	return withSignals(x, opts)
+	return withSignals(x, sigs)
 }
 
 // expressUndelegated is expressFor for a sandbox without a cgroup. Go
@@ -236,7 +231,7 @@ func expressFor(spec *specs.Spec, timeout int64, opts Options, rec *hostRecorder
 // caller that moves meanwhile must not pair its new cgroups with the old
 // one's paths. Should any of them change, Go may now make a cgroup
 // with the default pids limit, and the express path stands aside.
-func expressUndelegated(spec *specs.Spec, opts Options, rec *hostRecorder, und *cgroups.Undelegated) *nsinit.Express {
+func expressUndelegated(spec *specs.Spec, sigs []syscall.Signal, rec *hostRecorder, und *cgroups.Undelegated) *Express {
 	if und == nil || spec.Linux == nil || spec.Linux.Resources != nil || !filepath.IsAbs(und.StateDir) ||
 		strings.ContainsAny(und.Caller, "\t\n\x00") {
 		return nil
@@ -250,18 +245,14 @@ func expressUndelegated(spec *specs.Spec, opts Options, rec *hostRecorder, und *
 			return nil
 		}
 	}
-	x := &nsinit.Express{NoCgroup: true, StateDir: und.StateDir}
+	x := &Express{NoCgroup: true, StateDir: und.StateDir}
 	x.Fingerprints = append(rec.lines(), "C\t"+hash, fmt.Sprintf("A\t%s\t%d", und.Caller, int(und.Access)))
-	return withSignals(x, opts)
+	return withSignals(x, sigs)
 }
 
-func withSignals(x *nsinit.Express, opts Options) *nsinit.Express {
-	for _, s := range opts.ForwardSignals {
-		sig, ok := s.(syscall.Signal)
-		if !ok {
-			return nil
-		}
-		x.Signals = append(x.Signals, int(sig))
+func withSignals(x *Express, sigs []syscall.Signal) *Express {
+	for _, s := range sigs {
+		x.Signals = append(x.Signals, int(s))
 	}
 	return x
 }

@@ -1,11 +1,13 @@
 //go:build linux && cgo
 
-package cinit
+package fastpath
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/agentrun/agentrun/cgroups"
+	"github.com/agentrun/agentrun/internal/passenv"
 )
 
 // TestExpressLeafNames: the express path (C) and cgroups' sweep (Go) read
@@ -48,5 +50,15 @@ func TestExpressLeafNames(t *testing.T) {
 		if cok && (cp != gp || cs != gs || cn != gn) {
 			t.Errorf("%q: C reads %d %d %d, Go %d %d %d", tc.name, cp, cs, cn, gp, gs, gn)
 		}
+	}
+}
+
+// TestPassEnvMatches checks that the constructor keys on the variables
+// that reach the command. One it missed would make every change of it a
+// mismatch (an early init thrown away); one too many only splits the
+// cache.
+func TestPassEnvMatches(t *testing.T) {
+	if got := passEnv(); !slices.Equal(got, passenv.Names[:]) {
+		t.Fatalf("prestart.c keys on %v; internal/passenv passes %v", got, passenv.Names)
 	}
 }

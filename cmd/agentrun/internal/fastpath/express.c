@@ -1,7 +1,7 @@
 //go:build linux && cgo
 
 /*
- * express.c: a prestart hit without the Go runtime (contract in cinit.h).
+ * express.c: a prestart hit without the Go runtime (contract in fastpath.h).
  *
  * On a hit the Go side only confirms that the cached plan is still its
  * own, makes the cgroup, sends the release and waits. When Go adopted an
@@ -16,7 +16,7 @@
  * spawn goes the ordinary way.
  */
 #define _GNU_SOURCE
-#include "cinit.h"
+#include "fastpath.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,6 +1,6 @@
 //go:build linux && cgo
 
-package nsinit
+package fastpath
 
 import (
 	"strings"
