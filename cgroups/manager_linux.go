@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/procid"
 	"github.com/agentrun/agentrun/internal/sdbus"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -157,7 +158,7 @@ func ownerOf(pid int) (owner, error) {
 	if err != nil {
 		return owner{}, fmt.Errorf("cgroups: %w", err)
 	}
-	start, err := parseStartTime(stat)
+	start, err := procid.ParseStartTime(stat)
 	if err != nil {
 		return owner{}, fmt.Errorf("cgroups: /proc/%d/stat: %w", pid, err)
 	}

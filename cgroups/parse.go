@@ -2,7 +2,6 @@ package cgroups
 
 import (
 	"bytes"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -131,21 +130,4 @@ func parsePids(data []byte) []int {
 		}
 	}
 	return pids
-}
-
-// parseStartTime returns field 22 (starttime, in clock ticks since boot) of
-// a /proc/<pid>/stat line. comm may hold spaces and parentheses, so fields
-// are counted after the last ')'.
-func parseStartTime(stat []byte) (uint64, error) {
-	s := string(stat)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("cgroups: malformed stat line")
-	}
-	f := strings.Fields(s[i+1:])
-	// f[0] is field 3 (state); starttime is field 22.
-	if len(f) < 20 {
-		return 0, fmt.Errorf("cgroups: short stat line")
-	}
-	return strconv.ParseUint(f[19], 10, 64)
 }

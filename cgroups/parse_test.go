@@ -139,20 +139,6 @@ func TestParseUintAndPids(t *testing.T) {
 	}
 }
 
-func TestParseStartTime(t *testing.T) {
-	// comm with spaces and a ')' inside.
-	line := "4242 (we ird) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 100 18446744073709551615\n"
-	st, err := parseStartTime([]byte(line))
-	if err != nil || st != 987654 {
-		t.Fatalf("got %d, %v", st, err)
-	}
-	for _, bad := range []string{"", "1 (x", "1 (x) S 1 2"} {
-		if _, err := parseStartTime([]byte(bad)); err == nil {
-			t.Errorf("%q accepted", bad)
-		}
-	}
-}
-
 func TestUnescapeMountinfo(t *testing.T) {
 	if got := unescapeMountinfo(`/a\040b\011c\134d`); got != "/a b\tc\\d" {
 		t.Fatalf("%q", got)
