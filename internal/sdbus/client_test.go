@@ -305,3 +305,25 @@ func TestClientIdleClose(t *testing.T) {
 		t.Errorf("%d connections, want 2", n)
 	}
 }
+
+// TestFirstMessageHeld: a server that leaves a new connection's first
+// message unread until more data arrives (systemd's sd-bus, at times)
+// costs a new connection a pause, not its first request's time limit.
+func TestFirstMessageHeld(t *testing.T) {
+	const timeout = 3 * time.Second
+	fake := &sdbustest.Manager{ControlGroup: "/u", HoldFirst: true}
+	c := newClient(t, fake, timeout)
+	began := time.Now()
+	if cg, err := c.ControlGroup(context.Background()); err != nil || cg != "/u" {
+		t.Fatalf("ControlGroup: %q, %v", cg, err)
+	}
+	if d := time.Since(began); d > timeout/2 {
+		t.Errorf("answered after %v", d)
+	}
+	if n := fake.Dialed(); n != 1 {
+		t.Errorf("%d connections, want 1", n)
+	}
+	if n := fake.Pings(); n < 2 {
+		t.Errorf("%d pings: the held one and at least one more", n)
+	}
+}

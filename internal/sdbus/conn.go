@@ -65,6 +65,12 @@ func Dial(ctx context.Context, path string, uid int, bus bool) (*Conn, error) {
 		return nil, err
 	}
 	go c.read(r)
+	if !bus {
+		if err := c.ping(ctx); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
 	if bus {
 		reply, err := c.Call(ctx, &Message{
 			Type: TypeMethodCall, Destination: "org.freedesktop.DBus", Path: "/org/freedesktop/DBus",
@@ -81,6 +87,45 @@ func Dial(ctx context.Context, path string, uid int, bus bool) (*Conn, error) {
 		c.unique, _ = reply.Body[0].(string)
 	}
 	return c, nil
+}
+
+// ping returns once the peer answers a Ping on the new connection.
+// systemd's sd-bus server (seen with 252 under load, in spite of
+// awaitDrained) sometimes leaves the first message after BEGIN unanswered
+// until more data arrives: the connection's first real request then waited
+// out its whole time limit. Pings sent with growing pauses are that data,
+// and an answer to any of them shows that the connection works.
+func (c *Conn) ping(ctx context.Context) error {
+	const most = 16
+	replies := make(chan *Message, most)
+	var serials []uint32
+	defer func() {
+		for _, s := range serials {
+			c.forget(s)
+		}
+	}()
+	pause := 100 * time.Millisecond
+	for {
+		if len(serials) < most {
+			s, err := c.send(ctx, &Message{
+				Type: TypeMethodCall, Path: "/", Interface: "org.freedesktop.DBus.Peer", Member: "Ping",
+			}, replies)
+			if err != nil {
+				return fmt.Errorf("sdbus: Ping: %w", err)
+			}
+			serials = append(serials, s)
+		}
+		select {
+		case <-replies: // an error reply is an answer too
+			return nil
+		case <-c.done:
+			return fmt.Errorf("sdbus: Ping: %w", c.Err())
+		case <-ctx.Done():
+			return fmt.Errorf("sdbus: Ping: %w", ctx.Err())
+		case <-time.After(pause):
+			pause = min(2*pause, 2*time.Second)
+		}
+	}
 }
 
 // Close closes the connection; calls waiting on it return ErrClosed.

@@ -57,6 +57,10 @@ type Manager struct {
 	// Faults, when set, decides what becomes of each method call; n
 	// counts the calls with that member so far, this one included.
 	Faults func(c Call, n int) Fault
+	// HoldFirst leaves the first message of every connection unread
+	// until the next one arrives, as systemd's sd-bus server sometimes
+	// does with the first message after BEGIN.
+	HoldFirst bool
 
 	mu     sync.Mutex
 	calls  []Call
@@ -66,6 +70,7 @@ type Manager struct {
 	conns  []net.Conn
 	dialed int
 	open   int
+	pings  int
 	job    uint32
 	wg     sync.WaitGroup
 	// busy is held while a call is handled: one at a time.
@@ -97,6 +102,14 @@ func (m *Manager) Dialed() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.dialed
+}
+
+// Pings returns how many org.freedesktop.DBus.Peer.Ping calls the fake
+// answered; they are not in Calls.
+func (m *Manager) Pings() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.pings
 }
 
 // Open returns how many of the fake's connections are open.
@@ -132,7 +145,8 @@ func UnitPath(name string) sdbus.ObjectPath {
 	return sdbus.ObjectPath("/org/freedesktop/systemd1/unit/" + b.String())
 }
 
-// Calls returns the method calls received so far.
+// Calls returns the method calls received so far, but for the Peer
+// interface's Ping (see Pings).
 func (m *Manager) Calls() []Call {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -202,6 +216,8 @@ type peer struct {
 	serial uint32
 	// mute drops method returns and errors (Fault Mute).
 	mute bool
+	// helloed: a bus daemon's client said Hello.
+	helloed bool
 }
 
 func (p *peer) send(msg *sdbus.Message) error {
@@ -268,81 +284,106 @@ func (m *Manager) serve(c net.Conn) error {
 	if err := p.auth(); err != nil {
 		return err
 	}
-	helloed := false
-	for {
+	var held *sdbus.Message
+	for first := true; ; first = false {
 		msg, err := sdbus.ReadMessage(p.r)
 		if err != nil {
 			return err
 		}
-		if msg.Type != sdbus.TypeMethodCall {
+		if first && m.HoldFirst {
+			held = msg
 			continue
 		}
-		if m.Bus && !helloed && msg.Member != "Hello" {
-			return fmt.Errorf("bus: %s before Hello", msg.Member)
-		}
-		if !m.Bus && msg.Member == "Hello" {
-			return errors.New("a Hello on a peer-to-peer connection")
-		}
-		call := Call{Member: msg.Member}
-		switch msg.Member {
-		case "StartTransientUnit", "StopUnit":
-			call.Unit, _ = msg.Body[0].(string)
-			call.Mode, _ = msg.Body[1].(string)
-		}
-		if msg.Member == "StartTransientUnit" && msg.Signature == "ssa(sv)a(sa(sv))" {
-			call.Props = map[string]sdbus.Variant{}
-			for _, it := range msg.Body[2].([]any) {
-				st := it.(sdbus.Struct)
-				call.Props[st[0].(string)] = st[1].(sdbus.Variant)
+		if held != nil {
+			if err := m.dispatch(p, held); err != nil {
+				return err
 			}
+			held = nil
 		}
-		if msg.Member == "GetUnit" && msg.Signature == "s" {
-			call.Unit, _ = msg.Body[0].(string)
-		}
-		if msg.Member == "AttachProcessesToUnit" && msg.Signature == "ssau" {
-			call.Unit, _ = msg.Body[0].(string)
-			call.Sub, _ = msg.Body[1].(string)
-			for _, p := range msg.Body[2].([]any) {
-				call.PIDs = append(call.PIDs, p.(uint32))
-			}
-		}
-		m.mu.Lock()
-		m.calls = append(m.calls, call)
-		if m.counts == nil {
-			m.counts = map[string]int{}
-		}
-		m.counts[call.Member]++
-		n := m.counts[call.Member]
-		m.mu.Unlock()
-		fault := Answer
-		if m.Faults != nil {
-			fault = m.Faults(call, n)
-		}
-		switch fault {
-		case Lose:
-			continue
-		case Hangup:
-			return errHangup
-		}
-		p.mute = fault == Mute
-		m.busy.Lock()
-		time.Sleep(m.Latency)
-		err = m.handle(p, msg, call, &helloed, fault == AnswerHangup)
-		m.busy.Unlock()
-		p.mute = false
-		if err != nil {
+		if err := m.dispatch(p, msg); err != nil {
 			return err
-		}
-		if fault == AnswerHangup {
-			return errHangup
 		}
 	}
 }
 
-func (m *Manager) handle(p *peer, msg *sdbus.Message, call Call, helloed *bool, hangup bool) error {
+// dispatch handles one message from p.
+func (m *Manager) dispatch(p *peer, msg *sdbus.Message) error {
+	if msg.Type != sdbus.TypeMethodCall {
+		return nil
+	}
+	if m.Bus && !p.helloed && msg.Member != "Hello" {
+		return fmt.Errorf("bus: %s before Hello", msg.Member)
+	}
+	if !m.Bus && msg.Member == "Hello" {
+		return errors.New("a Hello on a peer-to-peer connection")
+	}
+	if msg.Interface == "org.freedesktop.DBus.Peer" && msg.Member == "Ping" {
+		// Answered by sd-bus itself, not the manager's code; not a Call.
+		m.mu.Lock()
+		m.pings++
+		m.mu.Unlock()
+		m.busy.Lock()
+		defer m.busy.Unlock()
+		time.Sleep(m.Latency)
+		return p.reply(msg, "")
+	}
+	call := Call{Member: msg.Member}
+	switch msg.Member {
+	case "StartTransientUnit", "StopUnit":
+		call.Unit, _ = msg.Body[0].(string)
+		call.Mode, _ = msg.Body[1].(string)
+	}
+	if msg.Member == "StartTransientUnit" && msg.Signature == "ssa(sv)a(sa(sv))" {
+		call.Props = map[string]sdbus.Variant{}
+		for _, it := range msg.Body[2].([]any) {
+			st := it.(sdbus.Struct)
+			call.Props[st[0].(string)] = st[1].(sdbus.Variant)
+		}
+	}
+	if msg.Member == "GetUnit" && msg.Signature == "s" {
+		call.Unit, _ = msg.Body[0].(string)
+	}
+	if msg.Member == "AttachProcessesToUnit" && msg.Signature == "ssau" {
+		call.Unit, _ = msg.Body[0].(string)
+		call.Sub, _ = msg.Body[1].(string)
+		for _, p := range msg.Body[2].([]any) {
+			call.PIDs = append(call.PIDs, p.(uint32))
+		}
+	}
+	m.mu.Lock()
+	m.calls = append(m.calls, call)
+	if m.counts == nil {
+		m.counts = map[string]int{}
+	}
+	m.counts[call.Member]++
+	n := m.counts[call.Member]
+	m.mu.Unlock()
+	fault := Answer
+	if m.Faults != nil {
+		fault = m.Faults(call, n)
+	}
+	switch fault {
+	case Lose:
+		return nil
+	case Hangup:
+		return errHangup
+	}
+	p.mute = fault == Mute
+	m.busy.Lock()
+	time.Sleep(m.Latency)
+	err := m.handle(p, msg, call, fault == AnswerHangup)
+	m.busy.Unlock()
+	p.mute = false
+	if err == nil && fault == AnswerHangup {
+		err = errHangup
+	}
+	return err
+}
+
+func (m *Manager) handle(p *peer, msg *sdbus.Message, call Call, hangup bool) error {
 	switch msg.Member {
 	case "Hello":
-		*helloed = true
+		p.helloed = true
 		return p.reply(msg, "s", ":1.42")
 	case "AddMatch":
 		return p.reply(msg, "")
