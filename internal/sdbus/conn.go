@@ -51,7 +51,8 @@ const maxAuthLine = 512
 // Dial connects to the unix socket at path and authenticates with SASL
 // EXTERNAL as uid. With bus set it then says Hello, as a bus daemon
 // expects; a peer-to-peer server (systemd's private socket) must not get
-// one. Every step is bounded by ctx.
+// one, and is pinged until it answers instead (see ping). Every step is
+// bounded by ctx.
 func Dial(ctx context.Context, path string, uid int, bus bool) (*Conn, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unix", path)
