@@ -13,9 +13,6 @@ var errNeedCgo = &StepError{Step: "init", Msg: "this agentrun was built without 
 
 func startC(*Config) (*Process, error) { return nil, errNeedCgo }
 
-// DiscardPrestart does nothing: prestart needs the C init.
-func DiscardPrestart() {}
-
 // installForwarding refuses: without the C init there is no sandbox to
 // forward to.
 func installForwarding([]syscall.Signal) (forwarding, error) { return nil, errors.New(errNeedCgo.Msg) }
