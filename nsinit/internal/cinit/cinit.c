@@ -1204,12 +1204,14 @@ struct command_arg {
 	volatile struct exec_msg *m;
 };
 
+/* say writes parts to fd 2. Through syscall(2): serve mode calls it
+ * after forget_parent (see exit_now). */
 static void say(const char *const *parts)
 {
 	struct out o = {.n = 0};
 	for (; *parts; parts++)
 		put(&o, *parts);
-	(void)write(2, o.b, o.n);
+	(void)syscall(SYS_write, 2, o.b, o.n);
 }
 
 /* command_fail reports a failed step of the command child itself, then
@@ -1234,18 +1236,36 @@ static _Noreturn void command_exit(const struct command_arg *a, int code)
  * like nsinit.lookPath: 0 and the path to execute in *found (name itself
  * when it has a slash, else out), or the shell-style status (127 not found,
  * 126 not executable). */
+static size_t ar_strlen(const char *s)
+{
+	const char *e = s;
+	while (*e)
+		e++;
+	return (size_t)(e - s);
+}
+
+static const char *ar_strchr(const char *s, char c)
+{
+	for (; *s; s++)
+		if (*s == c)
+			return s;
+	return NULL;
+}
+
+/* look_path runs in serve mode's exec'd children, after forget_parent:
+ * glibc only through syscall(2), no string functions of its. */
 static int look_path(const char *name, const char *path, char out[PATH_MAX], const char **found)
 {
-	size_t nlen = strlen(name);
+	size_t nlen = ar_strlen(name);
 	*found = name;
-	if (strchr(name, '/'))
+	if (ar_strchr(name, '/'))
 		return 0; /* execve judges it */
 	*found = out;
 	int denied = 0;
 	const char *dir = path;
 	for (;;) {
-		const char *end = strchr(dir, ':');
-		size_t dlen = end ? (size_t)(end - dir) : strlen(dir);
+		const char *end = ar_strchr(dir, ':');
+		size_t dlen = end ? (size_t)(end - dir) : ar_strlen(dir);
 		const char *d = dlen ? dir : ".";
 		size_t l = dlen ? dlen : 1;
 		if (l + 1 + nlen < PATH_MAX) {
@@ -1253,8 +1273,8 @@ static int look_path(const char *name, const char *path, char out[PATH_MAX], con
 			out[l] = '/';
 			memcpy(out + l + 1, name, nlen + 1);
 			struct stat st;
-			if (stat(out, &st) == 0 && !S_ISDIR(st.st_mode)) {
-				if (access(out, X_OK) == 0)
+			if (syscall(SYS_newfstatat, AT_FDCWD, out, &st, 0) == 0 && !S_ISDIR(st.st_mode)) {
+				if (syscall(SYS_faccessat, AT_FDCWD, out, X_OK) == 0)
 					return 0;
 				denied = 1;
 			}
@@ -2075,6 +2095,558 @@ static _Noreturn void init_loop(int sync, int sfd, pid_t cmd)
 	}
 }
 
+/* ---- serve mode: a session's init ---- */
+
+/*
+ * In serve mode the init has no command of its own. Once it is confined
+ * exactly as a command would be (credentials, capabilities, bounding set,
+ * no_new_privs, filter, cgroup, namespaces, rlimits), it serves the
+ * parent's requests on the sync socket: it forks a child per exec, which
+ * inherits all of that, signals them, and reaps them and every orphan.
+ * It runs after forget_parent: glibc only through syscall(2) (exit_now),
+ * nothing on the heap, bounded static tables. No request may end it: a
+ * bad one gets an error reply and its fds are closed. It ends when the
+ * parent hangs up, and the kernel then ends the PID namespace.
+ */
+
+/* The exec'd children not reaped yet; see big_locals. */
+static struct {
+	pid_t pid;
+	uint64_t id;
+} serve_tab[AR_SERVE_MAX];
+static int serve_n;
+static unsigned char req_buf[AR_REQ_MAX];
+static const char *req_slots[AR_REQ_MAX_STRINGS + 2];
+
+/* The most fds one request may come with: more are an error. */
+#define REQ_FDS 8
+
+static const char *ar_memchr0(const char *p, const char *end)
+{
+	for (; p < end; p++)
+		if (!*p)
+			return p;
+	return NULL;
+}
+
+int ar_parse_req(const void *buf, size_t len, int nfds, struct ar_parsed_req *r, const char **slots, size_t nslots,
+		 const char **why)
+{
+	struct ar_req h;
+	*r = (struct ar_parsed_req){0};
+	if (len < sizeof h) {
+		*why = "truncated header";
+		return -EPROTO;
+	}
+	memcpy(&h, buf, sizeof h);
+	r->id = h.id;
+	r->type = h.type;
+	r->target = h.target;
+	r->flags = h.flags;
+	r->sig = h.sig;
+	if (h.magic != AR_REQ_MAGIC || h.reserved) {
+		*why = "bad magic";
+		return -EPROTO;
+	}
+	if (len > AR_REQ_MAX) {
+		*why = "too long";
+		return -E2BIG;
+	}
+	if ((uint64_t)sizeof h + h.strings_len != len) {
+		*why = "length does not match";
+		return -EPROTO;
+	}
+	switch (h.type) {
+	case AR_REQ_EXEC: {
+		uint32_t fdbits = h.flags & (AR_EXEC_FD0 | AR_EXEC_FD1 | AR_EXEC_FD2);
+		int want = (fdbits & 1) + ((fdbits >> 1) & 1) + ((fdbits >> 2) & 1);
+		if (h.flags != fdbits || h.sig) {
+			*why = "bad flags";
+			return -EINVAL;
+		}
+		if (nfds != want) {
+			*why = "fd count does not match the flags";
+			return -EPROTO;
+		}
+		if (h.argc < 1) {
+			*why = "no argv";
+			return -EINVAL;
+		}
+		if ((uint64_t)h.argc + h.envc > AR_REQ_MAX_STRINGS || (uint64_t)h.argc + h.envc + 2 > nslots) {
+			*why = "too many strings";
+			return -E2BIG;
+		}
+		const char *p = (const char *)buf + sizeof h, *end = p + h.strings_len;
+		const char *fixed[2];
+		size_t n = 0;
+		for (uint64_t i = 0; i < 2 + (uint64_t)h.argc + h.envc; i++) {
+			const char *z = ar_memchr0(p, end);
+			if (!z) {
+				*why = "strings truncated";
+				return -EPROTO;
+			}
+			if (i < 2)
+				fixed[i] = p;
+			else
+				slots[n++] = p;
+			if (i == 1 + (uint64_t)h.argc)
+				slots[n++] = NULL; /* argv ends */
+			p = z + 1;
+		}
+		if (p != end) {
+			*why = "bytes after the strings";
+			return -EPROTO;
+		}
+		slots[n] = NULL;
+		r->cwd = fixed[0];
+		r->path = fixed[1];
+		r->argv = slots;
+		r->envp = slots + h.argc + 1;
+		if (!r->argv[0][0]) {
+			*why = "empty argv[0]";
+			return -EINVAL;
+		}
+		return 0;
+	}
+	case AR_REQ_SIGNAL:
+	case AR_REQ_SIGNAL_ALL:
+		if (h.argc || h.envc || h.strings_len || nfds) {
+			*why = "a signal takes no strings or fds";
+			return -EPROTO;
+		}
+		if (h.flags & ~(uint32_t)(h.type == AR_REQ_SIGNAL ? AR_SIG_GROUP : 0)) {
+			*why = "bad flags";
+			return -EINVAL;
+		}
+		if (h.sig < 0 || h.sig > 64) {
+			*why = "bad signal";
+			return -EINVAL;
+		}
+		return 0;
+	}
+	*why = "unknown request type";
+	return -EPROTO;
+}
+
+static void put_u64(struct out *o, uint64_t v)
+{
+	char d[24];
+	int i = 0;
+	do {
+		d[i++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	while (i > 0 && o->n < sizeof o->b - 1)
+		o->b[o->n++] = d[--i];
+}
+
+/* reply_head starts {"type":TYPE,"id":ID. */
+static void reply_head(struct out *o, const char *type, uint64_t id)
+{
+	o->n = 0;
+	put(o, "{\"type\":\"");
+	put(o, type);
+	put(o, "\",\"id\":");
+	put_u64(o, id);
+}
+
+/* send_reply sends o, with fd (SCM_RIGHTS) unless it is -1. */
+static void send_reply(int sock, const struct out *o, int fd)
+{
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} ctl;
+	struct iovec iov = {.iov_base = (void *)o->b, .iov_len = o->n};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+	if (fd >= 0) {
+		for (size_t i = 0; i < sizeof ctl.b; i++)
+			ctl.b[i] = 0;
+		mh.msg_control = ctl.b;
+		mh.msg_controllen = sizeof ctl.b;
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+	}
+	/* A parent that is gone gets nothing; the next poll sees it. */
+	(void)syscall(SYS_sendmsg, sock, &mh, MSG_NOSIGNAL);
+}
+
+static void reply_error(int sock, uint64_t id, const char *step, const char *arg, const char *msg, int err)
+{
+	struct out o;
+	reply_head(&o, "exec-error", id);
+	put(&o, ",\"step\":\"");
+	put_str(&o, step);
+	if (arg) {
+		put(&o, " ");
+		put_str(&o, arg);
+	}
+	put(&o, "\",\"errno\":");
+	put_int(&o, err);
+	put(&o, ",\"error\":\"");
+	if (msg) {
+		put_str(&o, msg);
+		put(&o, ": ");
+	}
+	put_errno(&o, err);
+	put(&o, "\"}");
+	send_reply(sock, &o, -1);
+}
+
+static void reply_ack(int sock, uint64_t id, int err)
+{
+	struct out o;
+	reply_head(&o, "ack", id);
+	put(&o, ",\"errno\":");
+	put_int(&o, err);
+	put(&o, "}");
+	send_reply(sock, &o, -1);
+}
+
+static void close_fds(const int *fds, int n)
+{
+	for (int i = 0; i < n; i++)
+		(void)syscall(SYS_close, fds[i]);
+}
+
+/* What an exec'd child failed at before its execve, sent over its
+ * CLOEXEC pipe: EOF instead means execve ran (or the child exited with
+ * the shell's 126/127 after its lookup, a normal exit). */
+struct exec_fail {
+	int32_t step, err;
+};
+enum { XF_SETSID = 1, XF_STDIO, XF_CLOSE, XF_CHDIR, XF_SIGNALS };
+
+static const char *xf_step(int step)
+{
+	switch (step) {
+	case XF_SETSID: return "setsid";
+	case XF_STDIO: return "stdio";
+	case XF_CLOSE: return "close fds";
+	case XF_CHDIR: return "chdir";
+	case XF_SIGNALS: return "unblock signals";
+	}
+	return "exec";
+}
+
+/*
+ * exec_child is the forked child of one exec: its own session and process
+ * group, stdio from the passed fds (init's /dev/null otherwise), nothing
+ * else open across execve, the request's cwd, signals unblocked (every
+ * disposition is the default since child()), then execve. It shares
+ * nothing with init but what fork copied.
+ */
+static _Noreturn void exec_child(const struct ar_parsed_req *r, const int slot[3], int errw)
+{
+	struct exec_fail f = {0, 0};
+	uint64_t none = 0;
+	if (syscall(SYS_setsid) < 0) {
+		f.step = XF_SETSID;
+		goto fail;
+	}
+	/* The received fds are all above 2 (init's 0-2 are open), so no
+	 * dup3 clobbers one still needed. */
+	for (int k = 0; k < 3; k++) {
+		if (slot[k] >= 0 && syscall(SYS_dup3, slot[k], k, 0) < 0) {
+			f.step = XF_STDIO;
+			goto fail;
+		}
+	}
+	/* The sync socket, the signalfd, the template's lock and every fd
+	 * received for this or another request go at execve. */
+	if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
+		f.step = XF_CLOSE;
+		goto fail;
+	}
+	if (r->cwd[0] && syscall(SYS_chdir, r->cwd) < 0) {
+		f.step = XF_CHDIR;
+		goto fail;
+	}
+	if (syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof none) < 0) {
+		f.step = XF_SIGNALS;
+		goto fail;
+	}
+	char buf[PATH_MAX];
+	const char *name = r->argv[0], *path;
+	int code = look_path(name, r->path, buf, &path);
+	if (code) {
+		say((const char *[]){"agentrun: ", name, code == 126 ? ": permission denied\n" : ": command not found\n", NULL});
+		exit_now(code);
+	}
+	(void)syscall(SYS_execve, path, r->argv, r->envp);
+	int e = errno;
+	const char *es = errstr(e);
+	say((const char *[]){"agentrun: ", name, ": fork/exec ", path, ": ", es ? es : "exec failed", "\n", NULL});
+	exit_now(e == ENOENT ? 127 : 126);
+fail:
+	f.err = errno;
+	(void)syscall(SYS_write, errw, &f, sizeof f);
+	exit_now(AR_EXIT_SETUP_FAILED);
+}
+
+/* serve_exec forks the exec's child and replies exec-started or
+ * exec-error; the received fds are closed either way. */
+static void serve_exec(int sync, const struct ar_parsed_req *r, const int *fds, int nfds)
+{
+	int slot[3] = {-1, -1, -1}, k = 0;
+	for (int i = 0; i < 3; i++)
+		if (r->flags & (1u << i))
+			slot[i] = fds[k++];
+	if (serve_n >= AR_SERVE_MAX) {
+		close_fds(fds, nfds);
+		reply_error(sync, r->id, "exec", NULL, "too many processes", EAGAIN);
+		return;
+	}
+	int ep[2];
+	if (syscall(SYS_pipe2, ep, O_CLOEXEC) < 0) {
+		int e = errno;
+		close_fds(fds, nfds);
+		reply_error(sync, r->id, "exec", NULL, "pipe", e);
+		return;
+	}
+	/* A plain fork through the system call (no CLONE_VM, so returning
+	 * into this frame in the child is safe); init is small after
+	 * forget_parent. The pidfd lets the parent signal the child with no
+	 * pid reuse race. */
+	int pidfd = -1;
+	long pid = syscall(SYS_clone, (unsigned long)(CLONE_PIDFD | SIGCHLD), 0UL, &pidfd, NULL, 0UL);
+	/* A kernel before 5.2 (EINVAL), or an outer filter. */
+	if (pid < 0 && (errno == EINVAL || errno == EPERM || errno == ENOSYS)) {
+		pidfd = -1;
+		pid = syscall(SYS_clone, (unsigned long)SIGCHLD, 0UL, NULL, NULL, 0UL);
+	}
+	if (pid == 0)
+		exec_child(r, slot, ep[1]);
+	int e = errno;
+	close_fds(fds, nfds);
+	(void)syscall(SYS_close, ep[1]);
+	if (pid < 0) {
+		(void)syscall(SYS_close, ep[0]);
+		reply_error(sync, r->id, "exec", NULL, "fork", e);
+		return;
+	}
+	struct exec_fail f;
+	long n;
+	do
+		n = syscall(SYS_read, ep[0], &f, sizeof f);
+	while (n < 0 && errno == EINTR);
+	(void)syscall(SYS_close, ep[0]);
+	if (n == (long)sizeof f) {
+		int st;
+		while (syscall(SYS_wait4, (pid_t)pid, &st, 0, NULL) < 0 && errno == EINTR)
+			;
+		if (pidfd >= 0)
+			(void)syscall(SYS_close, pidfd);
+		reply_error(sync, r->id, xf_step(f.step), f.step == XF_CHDIR ? r->cwd : NULL, NULL, f.err);
+		return;
+	}
+	serve_tab[serve_n].pid = (pid_t)pid;
+	serve_tab[serve_n].id = r->id;
+	serve_n++;
+	struct out o;
+	reply_head(&o, "exec-started", r->id);
+	put(&o, ",\"pid\":");
+	put_int(&o, pid);
+	put(&o, "}");
+	send_reply(sync, &o, pidfd);
+	if (pidfd >= 0)
+		(void)syscall(SYS_close, pidfd);
+}
+
+/* serve_signal signals an exec'd child, or its process group, while it is
+ * unreaped: init is its reaper, so its pid (and pgid) cannot be reused
+ * before then. Once reaped, ESRCH. */
+static void serve_signal(int sync, const struct ar_parsed_req *r)
+{
+	int err = ESRCH;
+	for (int i = 0; i < serve_n; i++) {
+		if (serve_tab[i].id != r->target)
+			continue;
+		pid_t pid = serve_tab[i].pid;
+		err = syscall(SYS_kill, (r->flags & AR_SIG_GROUP) ? -pid : pid, r->sig) < 0 ? errno : 0;
+		break;
+	}
+	reply_ack(sync, r->id, err);
+}
+
+/* serve_reap reaps every child that ended: an exec'd one is reported,
+ * an orphan (a background job of an exec) silently. */
+static void serve_reap(int sync)
+{
+	for (;;) {
+		int st;
+		long pid = syscall(SYS_wait4, -1, &st, WNOHANG, NULL);
+		if (pid < 0 && errno == EINTR)
+			continue;
+		if (pid <= 0)
+			return;
+		for (int i = 0; i < serve_n; i++) {
+			if (serve_tab[i].pid != (pid_t)pid)
+				continue;
+			struct out o;
+			reply_head(&o, "exec-exit", serve_tab[i].id);
+			put(&o, ",\"code\":");
+			put_int(&o, WIFSIGNALED(st) ? 0 : WEXITSTATUS(st));
+			if (WIFSIGNALED(st)) {
+				put(&o, ",\"signal\":");
+				put_int(&o, WTERMSIG(st));
+			}
+			put(&o, "}");
+			send_reply(sync, &o, -1);
+			serve_tab[i] = serve_tab[--serve_n];
+			break;
+		}
+	}
+}
+
+/* serve_request reads and handles one request; 0 when the parent hung
+ * up. */
+static int serve_request(int sync)
+{
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int) * REQ_FDS)];
+	} ctl;
+	struct iovec iov = {.iov_base = req_buf, .iov_len = sizeof req_buf};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b, .msg_controllen = sizeof ctl.b};
+	long n = syscall(SYS_recvmsg, sync, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+	if (n == 0)
+		return 0;
+	if (n < 0)
+		return errno == EAGAIN || errno == EINTR ? 1 : 0;
+	int fds[REQ_FDS], nfds = 0, extra = 0;
+	for (struct cmsghdr *h = CMSG_FIRSTHDR(&mh); h; h = CMSG_NXTHDR(&mh, h)) {
+		if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS)
+			continue;
+		int k = (int)((h->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+		for (int i = 0; i < k; i++) {
+			int fd;
+			memcpy(&fd, CMSG_DATA(h) + i * sizeof(int), sizeof fd);
+			if (nfds < REQ_FDS)
+				fds[nfds++] = fd;
+			else
+				(void)syscall(SYS_close, fd), extra = 1;
+		}
+	}
+	struct ar_parsed_req r;
+	const char *why = "";
+	int err = ar_parse_req(req_buf, (size_t)n, nfds, &r, req_slots, sizeof req_slots / sizeof req_slots[0], &why);
+	if (!err && (mh.msg_flags & MSG_TRUNC))
+		err = -E2BIG, why = "too long";
+	if (!err && ((mh.msg_flags & MSG_CTRUNC) || extra))
+		err = -EPROTO, why = "too many fds";
+	if (err) {
+		close_fds(fds, nfds);
+		reply_error(sync, r.id, "request", NULL, why, -err);
+		return 1;
+	}
+	switch (r.type) {
+	case AR_REQ_EXEC:
+		serve_exec(sync, &r, fds, nfds);
+		break;
+	case AR_REQ_SIGNAL:
+		serve_signal(sync, &r);
+		break;
+	case AR_REQ_SIGNAL_ALL:
+		/* Every process of the namespace but init itself. */
+		reply_ack(sync, r.id, syscall(SYS_kill, -1, r.sig) < 0 ? errno : 0);
+		break;
+	}
+	return 1;
+}
+
+/*
+ * serve_loop is PID 1 of a session. sfd reads every catchable signal:
+ * SIGCHLD means reaping; the others, which processes of the sandbox may
+ * send to PID 1 (the kernel queues them, as they are blocked), are read
+ * and dropped, so they neither end the session nor pile up.
+ */
+static _Noreturn void serve_loop(int sync, int sfd)
+{
+	for (;;) {
+		struct pollfd pf[2] = {{.fd = sync, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
+		if (syscall(SYS_ppoll, pf, 2, NULL, NULL, 0) < 0) {
+			if (errno == EINTR)
+				continue;
+			exit_now(255);
+		}
+		if (pf[1].revents & POLLIN) {
+			struct signalfd_siginfo si[8];
+			long n = syscall(SYS_read, sfd, si, sizeof si);
+			int reap = 0;
+			for (long i = 0; n > 0 && i < n / (long)sizeof si[0]; i++)
+				reap |= si[i].ssi_signo == SIGCHLD;
+			if (reap)
+				serve_reap(sync);
+		}
+		if (pf[0].revents & POLLIN) {
+			if (!serve_request(sync))
+				exit_now(0);
+		} else if (pf[0].revents & (POLLHUP | POLLERR)) {
+			/* The parent is gone: the kernel ends the namespace. */
+			exit_now(0);
+		}
+	}
+}
+
+/* The system calls serve mode makes under the filter (serve_loop and its
+ * helpers in init, exec_child up to execve), with what is known of their
+ * arguments; the filter must allow each whatever the rest are. */
+static const struct {
+	const char *name;
+	struct known_call c;
+} serve_calls[] = {
+	{"ppoll", {SYS_ppoll, 0, {0}}},
+	{"recvmsg", {SYS_recvmsg, 1u | 1u << 2, {3, 0, MSG_CMSG_CLOEXEC | MSG_DONTWAIT}}},
+	{"sendmsg", {SYS_sendmsg, 1u | 1u << 2, {3, 0, MSG_NOSIGNAL}}},
+	{"read", {SYS_read, 0, {0}}},
+	{"write", {SYS_write, 0, {0}}},
+	{"close", {SYS_close, 0, {0}}},
+	{"pipe2", {SYS_pipe2, 1u << 1, {0, O_CLOEXEC}}},
+	{"clone", {SYS_clone, 0x1bu, {SIGCHLD, 0, 0, 0, 0}}},
+	{"wait4", {SYS_wait4, 0, {0}}},
+	{"kill", {SYS_kill, 0, {0}}},
+	{"setsid", {SYS_setsid, 0x3f, {0}}},
+	{"dup3", {SYS_dup3, 1u << 2, {0, 0, 0}}},
+	{"close_range", {SYS_close_range, 7u, {3, ~0U, CLOSE_RANGE_CLOEXEC}}},
+	{"chdir", {SYS_chdir, 0, {0}}},
+	{"rt_sigprocmask", {SYS_rt_sigprocmask, 1u | 1u << 3, {SIG_SETMASK, 0, 0, 8}}},
+	{"newfstatat", {SYS_newfstatat, 1u | 1u << 3, {(uint64_t)(int64_t)AT_FDCWD, 0, 0, 0}}},
+	{"faccessat", {SYS_faccessat, 1u | 1u << 2, {(uint64_t)(int64_t)AT_FDCWD, 0, X_OK}}},
+	{"execve", {SYS_execve, 0, {0}}},
+	{"exit_group", {SYS_exit_group, 0, {0}}},
+};
+
+int ar_serve_denied(const void *filter, size_t n, int sync, int *pidfd)
+{
+	*pidfd = 0;
+#ifdef NATIVE_AUDIT_ARCH
+	for (size_t i = 0; i < sizeof serve_calls / sizeof serve_calls[0]; i++) {
+		struct known_call c = serve_calls[i].c;
+		if (c.nr == SYS_recvmsg || c.nr == SYS_sendmsg)
+			c.args[0] = (uint64_t)sync;
+		if (!filter_allows(filter, n, NATIVE_AUDIT_ARCH, &c))
+			return (int)i;
+	}
+	const struct known_call pc = {SYS_clone, 0x1bu, {CLONE_PIDFD | SIGCHLD, 0, 0, 0, 0}};
+	*pidfd = filter_allows(filter, n, NATIVE_AUDIT_ARCH, &pc);
+	return -1;
+#else
+	(void)filter, (void)n, (void)sync;
+	return 0;
+#endif
+}
+
+const char *ar_serve_call(int i)
+{
+	if (i < 0 || (size_t)i >= sizeof serve_calls / sizeof serve_calls[0])
+		return "?";
+	return serve_calls[i].name;
+}
+
 /* ---- forgetting the parent ---- */
 
 /* Up to this many mappings are unmapped; a Go process has a few dozen. */
@@ -2372,12 +2944,19 @@ static _Noreturn void child(const struct ar_plan *p, int heap_left_behind)
 	if (syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL, 0, 0, 0) < 0)
 		die(&c, "session keyring");
 
-	sigset_t fwd;
-	sigemptyset(&fwd);
-	sigaddset(&fwd, SIGCHLD);
-	for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
-		sigaddset(&fwd, forwarded[i]);
-	int sfd = signalfd(-1, &fwd, SFD_CLOEXEC);
+	int sfd;
+	if (p->serve) {
+		/* Every signal, glibc's reserved ones included (serve_loop). */
+		uint64_t all = ~0ULL;
+		sfd = (int)syscall(SYS_signalfd4, -1, &all, sizeof all, SFD_CLOEXEC);
+	} else {
+		sigset_t fwd;
+		sigemptyset(&fwd);
+		sigaddset(&fwd, SIGCHLD);
+		for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
+			sigaddset(&fwd, forwarded[i]);
+		sfd = signalfd(-1, &fwd, SFD_CLOEXEC);
+	}
 	if (sfd < 0)
 		die(&c, "signalfd");
 
@@ -2416,6 +2995,17 @@ static _Noreturn void child(const struct ar_plan *p, int heap_left_behind)
 	 * which is how it crosses the command's execve. */
 	if (keep_only_granted(c.p) < 0)
 		die_parts(&c, (const char *[]){"drop privileges", NULL}, (const char *[]){"set capability sets", NULL}, errno);
+
+	if (p->serve) {
+		/* Last: from here on init, and every child it forks, run under
+		 * the filter. */
+		finish_loader(&c, &rel);
+		struct out o = {.n = 0};
+		put(&o, "{\"type\":\"started\",\"pid\":0}");
+		send_msg(c.sync, &o);
+		forget_parent(&c, mapsfd);
+		serve_loop(c.sync, sfd);
+	}
 
 	char buf[PATH_MAX];
 	const char *name = p->argv[0], *path;
@@ -2522,7 +3112,7 @@ int ar_start(const struct ar_plan *p)
 {
 	uint64_t all = ~0ULL, old;
 	if (p->nfds < 4 || p->nfds > AR_MAX_ENTRIES || p->nmounts > AR_MAX_ENTRIES ||
-	    p->ndevices > AR_MAX_ENTRIES || p->sync_fd < 3 || p->sync_fd >= p->nfds || !p->argv || !p->argv[0])
+	    p->ndevices > AR_MAX_ENTRIES || p->sync_fd < 3 || p->sync_fd >= p->nfds || (!p->serve && (!p->argv || !p->argv[0])))
 		return -EINVAL;
 	/* The child starts with every signal blocked, so no signal can reach a
 	 * Go handler in it before child() has reset them. */

@@ -121,7 +121,61 @@ struct ar_plan {
 	 * never part of an image. */
 	const unsigned char *early_release;
 	size_t early_release_len;
+	/* Serve mode (a session): no command. Once the init is confined
+	 * exactly as a command would be, it reports "started" and serves
+	 * requests (struct ar_req) on the sync socket until the parent hangs
+	 * up. Never part of an image. */
+	int serve;
 };
+
+/*
+ * Serve-mode requests (parent -> init), one SEQPACKET message each: the
+ * header, then strings_len bytes of NUL-terminated strings: cwd, PATH,
+ * argv[0..argc), env[0..envc). An exec request carries one fd
+ * (SCM_RIGHTS) per AR_EXEC_FDn bit, in order; the others none. The init
+ * has no malloc, so the format is binary and every count is bounded.
+ * Replies (init -> parent) are JSON reports carrying the request's id:
+ * exec-started (with a pidfd, SCM_RIGHTS, when there is one),
+ * exec-error, exec-exit, ack.
+ */
+#define AR_REQ_MAGIC 0x31515241u /* "ARQ1" */
+#define AR_REQ_MAX (160 * 1024)  /* below the default socket buffer */
+#define AR_REQ_MAX_STRINGS 16384 /* argc + envc */
+#define AR_SERVE_MAX 4096        /* exec'd children tracked at once (the default pids.max) */
+enum { AR_REQ_EXEC = 1, AR_REQ_SIGNAL = 2, AR_REQ_SIGNAL_ALL = 3 };
+enum { AR_EXEC_FD0 = 1, AR_EXEC_FD1 = 2, AR_EXEC_FD2 = 4, AR_SIG_GROUP = 16 };
+
+struct ar_req {
+	uint32_t magic, type;
+	uint64_t id;     /* the parent's token, echoed in the reply */
+	uint64_t target; /* AR_REQ_SIGNAL: the id of the exec to signal */
+	uint32_t flags;  /* AR_EXEC_FD*, AR_SIG_GROUP */
+	int32_t sig;
+	uint32_t argc, envc, strings_len;
+	uint32_t reserved; /* 0 */
+};
+
+/* A request as ar_parse_req read it; strings point into its buffer. */
+struct ar_parsed_req {
+	uint32_t type, flags;
+	uint64_t id, target;
+	int sig;
+	const char *cwd, *path; /* "" cwd: the init's */
+	const char **argv, **envp; /* NULL-terminated, in the caller's slots */
+};
+
+/* ar_parse_req checks the request in buf (len bytes, received with nfds
+ * fds) and fills r, with argv and envp in slots (nslots pointers). 0, or
+ * -errno with a short reason in *why; r->id is set whenever the header
+ * was complete. */
+int ar_parse_req(const void *buf, size_t len, int nfds, struct ar_parsed_req *r, const char **slots, size_t nslots,
+		 const char **why);
+
+/* ar_serve_denied: the index of the first system call of serve mode that
+ * the filter (n instructions) does not allow, -1 when it allows all;
+ * ar_serve_call names one. *pidfd says whether it allows CLONE_PIDFD. */
+int ar_serve_denied(const void *filter, size_t n, int sync, int *pidfd);
+const char *ar_serve_call(int i);
 
 /* The most fds, mounts, devices... a plan may carry: the child keeps
  * per-entry state in arrays on its stack. */

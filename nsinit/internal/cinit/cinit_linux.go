@@ -4,6 +4,9 @@ package cinit
 
 /*
 #cgo CFLAGS: -O2 -Wall -Wextra -fno-strict-aliasing -fstack-clash-protection
+// Bind every symbol at load time: a serving init calls into libc long
+// after forget_parent unmapped what a lazy binding would need.
+#cgo LDFLAGS: -Wl,-z,now
 #include <stdlib.h>
 #include "cinit.h"
 */
@@ -126,6 +129,10 @@ type Plan struct {
 	// KeepCaps are the capabilities the command is granted (bit n of the
 	// 64 = capability n): kept in the bounding set, raised as ambient.
 	KeepCaps uint64
+	// Serve makes a session's init: no command (Argv is unused); once
+	// confined it serves Requests on the sync socket until the parent
+	// hangs up. The filter must allow what that needs (ServeCheck).
+	Serve bool
 }
 
 // Start clones the init that executes p and returns its pid. The sync
@@ -138,7 +145,7 @@ type Plan struct {
 // the child has been reaped: the child's parent death signal fires when the
 // thread that cloned the child exits.
 func Start(p *Plan) (int, error) {
-	if len(p.Argv) == 0 {
+	if len(p.Argv) == 0 && !p.Serve {
 		return 0, errors.New("cinit: no command")
 	}
 	strs, err := p.validate()
@@ -390,6 +397,9 @@ func (b *builder) plan(p *Plan) (*C.struct_ar_plan, error) {
 		no_new_privs:     cbool(p.NoNewPrivs),
 		keep_caps:        [2]C.uint32_t{C.uint32_t(p.KeepCaps), C.uint32_t(p.KeepCaps >> 32)},
 	}
+	if p.Serve {
+		cp.serve = 1
+	}
 	if len(p.Argv) > 0 {
 		cp.argv = b.strs(p.Argv)
 	}
@@ -474,4 +484,133 @@ func filterAllows(filter []byte, nr uint32, known uint, args [6]uint64) bool {
 // carrying flags.
 func handoverAllowed(filter []byte, flags uint) bool {
 	return C.ar_handover_allowed(unsafe.Pointer(&filter[0]), C.size_t(len(filter)/8), C.unsigned(flags)) == 1
+}
+
+// Request types and flags of a serving init (cinit.h's AR_REQ_*, AR_*).
+const (
+	ReqExec      = C.AR_REQ_EXEC
+	ReqSignal    = C.AR_REQ_SIGNAL
+	ReqSignalAll = C.AR_REQ_SIGNAL_ALL
+
+	ExecFD0  = C.AR_EXEC_FD0
+	ExecFD1  = C.AR_EXEC_FD1
+	ExecFD2  = C.AR_EXEC_FD2
+	SigGroup = C.AR_SIG_GROUP
+
+	// ReqMax bounds a request's size; ReqMaxStrings its argv and env.
+	ReqMax        = C.AR_REQ_MAX
+	ReqMaxStrings = C.AR_REQ_MAX_STRINGS
+	reqMagic      = C.AR_REQ_MAGIC
+	reqHeaderSize = C.sizeof_struct_ar_req
+)
+
+// ErrRequestTooLong is returned by EncodeExec for a request the init
+// would not take (over ReqMax bytes or ReqMaxStrings strings).
+var ErrRequestTooLong = fmt.Errorf("cinit: exec request over %d bytes or %d strings: %w", C.AR_REQ_MAX, C.AR_REQ_MAX_STRINGS, unix.E2BIG)
+
+// Request is one request to a serving init.
+type Request struct {
+	Type   uint32
+	ID     uint64 // echoed in the reply
+	Target uint64 // ReqSignal: the ID of the exec to signal
+	Flags  uint32 // ExecFD*, SigGroup
+	Sig    int32
+	// Exec only: Cwd "" keeps the init's; Path is the PATH Argv[0] is
+	// looked up in.
+	Cwd, Path string
+	Argv, Env []string
+}
+
+// Encode lays the request out as cinit.h's struct ar_req and its strings.
+func (r *Request) Encode() ([]byte, error) {
+	strs := append([]string{r.Cwd, r.Path}, r.Argv...)
+	strs = append(strs, r.Env...)
+	n := 0
+	for _, s := range strs {
+		if strings.IndexByte(s, 0) >= 0 {
+			return nil, fmt.Errorf("cinit: %q contains a NUL byte", s)
+		}
+		n += len(s) + 1
+	}
+	if r.Type != ReqExec {
+		strs, n = nil, 0
+	}
+	if reqHeaderSize+n > ReqMax || len(r.Argv)+len(r.Env) > ReqMaxStrings {
+		return nil, ErrRequestTooLong
+	}
+	b := make([]byte, reqHeaderSize, reqHeaderSize+n)
+	ne := binary.NativeEndian
+	argc, envc := len(r.Argv), len(r.Env)
+	if r.Type != ReqExec {
+		argc, envc = 0, 0
+	}
+	ne.PutUint32(b[0:], reqMagic)
+	ne.PutUint32(b[4:], r.Type)
+	ne.PutUint64(b[8:], r.ID)
+	ne.PutUint64(b[16:], r.Target)
+	ne.PutUint32(b[24:], r.Flags)
+	ne.PutUint32(b[28:], uint32(r.Sig))
+	ne.PutUint32(b[32:], uint32(argc))
+	ne.PutUint32(b[36:], uint32(envc))
+	ne.PutUint32(b[40:], uint32(n))
+	for _, s := range strs {
+		b = append(b, s...)
+		b = append(b, 0)
+	}
+	return b, nil
+}
+
+// ServeCheck says whether a serving init can work under filter (struct
+// sock_filter[]): denied names the first system call it needs that the
+// filter does not allow ("" when it allows them all), and pidfd whether
+// it allows exec'd children to be forked with CLONE_PIDFD.
+func ServeCheck(filter []byte) (denied string, pidfd bool) {
+	if len(filter) == 0 {
+		return "", true
+	}
+	var pf C.int
+	i := C.ar_serve_denied(unsafe.Pointer(&filter[0]), C.size_t(len(filter)/8), C.int(3), &pf)
+	if i >= 0 {
+		return C.GoString(C.ar_serve_call(i)), false
+	}
+	return "", pf == 1
+}
+
+// parsedRequest is what ar_parse_req read, for tests.
+type parsedRequest struct {
+	Request
+	Errno unix.Errno
+	Why   string
+}
+
+// parseRequest runs the init's request parser (ar_parse_req in cinit.c)
+// on b, received with nfds descriptors.
+func parseRequest(b []byte, nfds int) parsedRequest {
+	cb := C.CBytes(b) // the parser may not see Go memory move
+	defer C.free(cb)
+	slots := (*[C.AR_REQ_MAX_STRINGS + 2]*C.char)(C.malloc(C.size_t(unsafe.Sizeof(uintptr(0))) * (C.AR_REQ_MAX_STRINGS + 2)))
+	defer C.free(unsafe.Pointer(slots))
+	var r C.struct_ar_parsed_req
+	var why *C.char
+	e := C.ar_parse_req(cb, C.size_t(len(b)), C.int(nfds), &r, &slots[0], C.AR_REQ_MAX_STRINGS+2, &why)
+	out := parsedRequest{Request: Request{Type: uint32(r._type), ID: uint64(r.id), Target: uint64(r.target),
+		Flags: uint32(r.flags), Sig: int32(r.sig)}}
+	if e < 0 {
+		out.Errno, out.Why = unix.Errno(-e), C.GoString(why)
+		return out
+	}
+	if r._type == C.AR_REQ_EXEC {
+		out.Cwd, out.Path = C.GoString(r.cwd), C.GoString(r.path)
+		out.Argv, out.Env = goStrings(r.argv), goStrings(r.envp)
+	}
+	return out
+}
+
+// goStrings copies a NULL-terminated C string array.
+func goStrings(p **C.char) []string {
+	var out []string
+	for ; *p != nil; p = (**C.char)(unsafe.Add(unsafe.Pointer(p), unsafe.Sizeof(p))) {
+		out = append(out, C.GoString(*p))
+	}
+	return out
 }

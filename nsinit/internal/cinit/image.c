@@ -86,7 +86,7 @@ static int plan_ok(const struct bounds *b, const struct ar_plan *p)
 	if (!in(b, p, sizeof *p) || (uintptr_t)p % 8)
 		return 0;
 	if (p->task_fds || p->ntask_fds || p->nheap || p->argv || p->cgroup_fd != -1 || p->await_verify ||
-	    p->early_release || p->early_release_len)
+	    p->early_release || p->early_release_len || p->serve)
 		return 0;
 	/* Whatever else it says, an image's init works in namespaces of its
 	 * own: it runs before anything was checked. */
