@@ -32,7 +32,7 @@ import (
 // the command runs before it.
 func startC(cfg *Config) (_ *Process, err error) {
 	spec := cfg.Spec
-	if spec.Process == nil || len(spec.Process.Args) == 0 || spec.Linux == nil {
+	if spec.Process == nil || (len(spec.Process.Args) == 0 && !cfg.Serve) || spec.Linux == nil {
 		return nil, &StepError{Step: "spec", Msg: "no process, args or linux section"}
 	}
 	clampRlimits(spec.Process, cfg.Warn)
@@ -55,7 +55,10 @@ func startC(cfg *Config) (_ *Process, err error) {
 		return c.prog, c.err
 	}
 
-	pre := takePrestart(cfg, spec, awaitProg)
+	var pre prestarted
+	if !cfg.Serve {
+		pre = takePrestart(cfg, spec, awaitProg)
+	}
 	if pre.done {
 		return pre.p, pre.err
 	}
@@ -93,13 +96,21 @@ func startC(cfg *Config) (_ *Process, err error) {
 	childSock := os.NewFile(uintptr(fds[1]), "sync-child")
 	defer childSock.Close()
 
-	std, err := newStdio(cfg)
+	stdCfg := cfg
+	if cfg.Serve {
+		// The init's own stdio is /dev/null; each exec brings its own.
+		stdCfg = &Config{}
+	}
+	std, err := newStdio(stdCfg)
 	if err != nil {
 		parentSock.Close()
 		_, _ = awaitProg()
 		return nil, &StepError{Step: "stdio", Msg: err.Error()}
 	}
 	plan, err := buildPlan(spec, prep, std.fds, int(childSock.Fd()))
+	if err == nil && cfg.Serve {
+		plan.Serve, plan.Argv = true, nil
+	}
 	if err != nil {
 		parentSock.Close()
 		std.closeAll()
@@ -134,6 +145,9 @@ func startC(cfg *Config) (_ *Process, err error) {
 		return nil
 	}
 	p, err := startCInit(plan, parentSock, std, cg, releaseChild)
+	if err == nil && cfg.Serve {
+		p.serve = newServer(p)
+	}
 	// The child holds its own copies now. The sync socket's child end in
 	// particular must go at once: while this process holds it, a child
 	// that dies without a report never shows up as EOF and Start hangs.
@@ -170,6 +184,16 @@ func startC(cfg *Config) (_ *Process, err error) {
 		return nil, p.childError(cgErr)
 	case err != nil:
 		return abort(err)
+	}
+	if cfg.Serve && prog != nil {
+		// Fail closed: an init whose filter denies a call of its serving
+		// would fail every exec, or be killed by the filter.
+		if denied, pidfd := cinit.ServeCheck(prog.Filter); denied != "" || !pidfd {
+			if denied == "" {
+				denied = "clone with CLONE_PIDFD"
+			}
+			return abort(&StepError{Step: "seccomp", Msg: "the profile denies " + denied + ", which a serving sandbox's init needs"})
+		}
 	}
 	release, err := releaseMsg(prog)
 	if err != nil {

@@ -16,3 +16,13 @@ func startC(*Config) (*Process, error) { return nil, errNeedCgo }
 // installForwarding refuses: without the C init there is no sandbox to
 // forward to.
 func installForwarding([]syscall.Signal) (forwarding, error) { return nil, errors.New(errNeedCgo.Msg) }
+
+// Request types: without cgo there is no init to send them to.
+const (
+	reqExec      = 1
+	reqSignal    = 2
+	reqSignalAll = 3
+	sigGroup     = 16
+)
+
+func encodeRequest(request) ([]byte, error) { return nil, errNeedCgo }

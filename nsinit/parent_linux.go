@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -53,6 +54,13 @@ type Config struct {
 	// Prestart, when set, offers Start an init the program started before
 	// its Go runtime, and caches this spawn's plan for the next one.
 	Prestart Prestart
+	// Serve makes a session: the init runs no command of its own
+	// (Spec.Process.Args is unused) and, once started, runs a process per
+	// Process.Exec, each confined as the command would be, until the
+	// sandbox is killed. It needs a PID namespace, and a filter that
+	// allows what the init does to serve (refused at Create otherwise).
+	// Stdin, Stdout, Stderr and Prestart do not apply.
+	Serve bool
 
 	// usernsHolder, when set, replaces the C init's idmap holder
 	// (cinit.UsernsHolder), so that a test can watch every holder's
@@ -134,6 +142,11 @@ type Process struct {
 	hasPidfd bool // opened before anything could reap the init
 	reaped   bool
 	fw       *Forwarder // Config.Forwarder, attached once the command runs
+
+	// serve is the exec server of a Config.Serve sandbox; serving is set
+	// once its demux reads the socket.
+	serve   *server
+	serving atomic.Bool
 }
 
 // openPidfd opens a pidfd for the init, which must not be reaped yet. A
@@ -223,6 +236,10 @@ func Create(cfg *Config) (*Process, error) {
 	if err := checkNamespaces(cfg.Spec); err != nil {
 		return nil, err
 	}
+	if cfg.Serve && !HasNamespace(cfg.Spec, specs.PIDNamespace) {
+		// Its init's end must take every process it started along.
+		return nil, &StepError{Step: "serve", Msg: "a serving sandbox needs a PID namespace"}
+	}
 	return startC(cfg) // cstart_linux.go
 }
 
@@ -262,6 +279,12 @@ func (p *Process) awaitStarted(writeErr error) (*Process, error) {
 	case r.Type != repStarted:
 		p.Kill()
 		return nil, p.failed("sync", fmt.Errorf("unexpected report %q", r.Type))
+	}
+	if p.serve != nil {
+		// From here on the demux alone reads the socket.
+		p.serving.Store(true)
+		go p.serve.demux()
+		return p, nil
 	}
 	p.attachForwarder()
 	return p, nil
@@ -420,10 +443,13 @@ func (p *Process) read() (report, error) {
 		if r.fd >= 0 {
 			unix.Close(r.fd)
 		}
-		return report{}, fmt.Errorf("bad report: %w", err)
+		return report{}, fmt.Errorf("%w: %w", errBadReport, err)
 	}
 	return r, nil
 }
+
+// errBadReport is read's error for a message that is not a report.
+var errBadReport = errors.New("bad report")
 
 // readSetup returns the first report that ends the setup phase, taking
 // the seccomp listener on the way.
@@ -496,7 +522,9 @@ func (p *Process) wait() { <-p.waited }
 // Pid is the host pid of the sandbox's init.
 func (p *Process) Pid() int { return p.pid }
 
-// Signal forwards sig to the command through init.
+// Signal forwards sig to the command through init. A serving init
+// passes nothing on: only SIGKILL has an effect (it ends the sandbox);
+// SignalAll signals its processes.
 func (p *Process) Signal(sig syscall.Signal) error {
 	select {
 	case <-p.waited:
@@ -524,7 +552,13 @@ func (p *Process) Signal(sig syscall.Signal) error {
 func (p *Process) Kill() error { return p.Signal(unix.SIGKILL) }
 
 // Wait blocks until the sandbox has ended and returns how the command ended.
+//
+// For a serving sandbox it reports how the init ended: killed (137), or 0
+// when it saw this process's end of the socket close.
 func (p *Process) Wait() (Exit, error) {
+	if p.serving.Load() {
+		return p.waitServe()
+	}
 	r, rerr := report{}, error(nil)
 	if p.pending != nil {
 		r = *p.pending

@@ -33,6 +33,9 @@ type report struct {
 	// Exit code (0-255) or the signal that killed the command.
 	Code   int `json:"code"`
 	Signal int `json:"signal,omitempty"`
+	// ID is a serving init's echo of a request's id; Errno its error.
+	ID    uint64 `json:"id,omitempty"`
+	Errno int    `json:"errno,omitempty"`
 	// fd is a descriptor received with the report, or -1.
 	fd int
 }
