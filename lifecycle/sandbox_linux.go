@@ -63,6 +63,11 @@ type Options struct {
 	// Prestart, when set, offers Create an init the program started
 	// before its Go runtime (the agentrun CLI's fast path).
 	Prestart Prestart
+	// Serve makes a session (nsinit.Config.Serve): the sandbox runs no
+	// command of its own; after Start it runs a process per Exec until it
+	// is deleted. It needs a PID namespace. Stdin, Stdout, Stderr,
+	// Forwarder and Prestart do not apply.
+	Serve bool
 }
 
 // Prestart is nsinit.Prestart for the lifecycle: once an adopted init's
@@ -110,6 +115,7 @@ func (e *StepError) Unwrap() error { return e.Err }
 type Sandbox struct {
 	id      string
 	spec    *specs.Spec
+	serve   bool
 	recPath string // "" for an anonymous sandbox
 	rec     Record
 
@@ -138,7 +144,7 @@ type Sandbox struct {
 // namespaces. It returns once the init has built the root and waits for
 // Start; nothing of the command has run. On error nothing is left behind.
 func Create(ctx context.Context, spec *specs.Spec, opts Options) (_ *Sandbox, err error) {
-	s := &Sandbox{id: opts.ID, spec: spec, state: Creating, released: make(chan struct{}), waited: make(chan struct{})}
+	s := &Sandbox{id: opts.ID, spec: spec, serve: opts.Serve, state: Creating, released: make(chan struct{}), waited: make(chan struct{})}
 	if opts.ID != "" {
 		if err := ValidID(opts.ID); err != nil {
 			return nil, err
@@ -224,6 +230,7 @@ func Create(ctx context.Context, spec *specs.Spec, opts Options) (_ *Sandbox, er
 		},
 		UsernsBlocker: opts.UsernsBlocker,
 		SeccompCache:  cache, Forwarder: opts.Forwarder, OnViolation: opts.OnViolation,
+		Serve: opts.Serve,
 		CgroupReady: func() (*nsinit.CgroupPlacement, error) {
 			if err := ctx.Err(); err != nil {
 				return nil, err
@@ -235,7 +242,10 @@ func Create(ctx context.Context, spec *specs.Spec, opts Options) (_ *Sandbox, er
 			return m.place, nil
 		},
 	}
-	if opts.Prestart != nil {
+	if opts.Serve {
+		cfg.Stdin, cfg.Stdout, cfg.Stderr, cfg.Forwarder = nil, nil, nil, nil
+	}
+	if opts.Prestart != nil && !opts.Serve {
 		cfg.Prestart = prestart{Prestart: opts.Prestart, built: func() Built {
 			m := cgroup()
 			b := Built{Spec: spec, Cgroup: m.cg, Undelegated: m.und, Warned: warned.Load(), TemplateSkipped: skipped}
@@ -356,8 +366,41 @@ func (s *Sandbox) closeTasks() {
 }
 
 // Signal sends sig to the init, which passes it on to the command; one
-// sent before Start reaches the command as it starts.
+// sent before Start reaches the command as it starts. The init of a
+// serving sandbox passes nothing on (only SIGKILL ends it): SignalAll
+// signals its processes.
 func (s *Sandbox) Signal(sig syscall.Signal) error { return s.proc.Signal(sig) }
+
+// Exec starts a process in a serving sandbox (Options.Serve) that is
+// running: see nsinit.Process.Exec.
+func (s *Sandbox) Exec(x nsinit.ExecSpec) (*nsinit.Child, error) {
+	if err := s.serving(); err != nil {
+		return nil, err
+	}
+	return s.proc.Exec(x)
+}
+
+// SignalAll sends sig to every process of a running serving sandbox but
+// its init.
+func (s *Sandbox) SignalAll(sig syscall.Signal) error {
+	if err := s.serving(); err != nil {
+		return err
+	}
+	return s.proc.SignalAll(sig)
+}
+
+// serving says why Exec cannot be used now, if it cannot.
+func (s *Sandbox) serving() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case !s.serve:
+		return fmt.Errorf("lifecycle: sandbox %q was not created to serve execs (Options.Serve)", s.id)
+	case s.state != Running || s.deleted:
+		return fmt.Errorf("lifecycle: sandbox %q is %s, not %s", s.id, s.state, Running)
+	}
+	return nil
+}
 
 // Kill ends the whole sandbox: the init dies, and the kernel kills every
 // process left in its PID namespace. A sandbox killed before Start never
@@ -377,8 +420,9 @@ func (s *Sandbox) Kill() error {
 }
 
 // Wait blocks until the sandbox has ended and returns how its command
-// ended; for a sandbox not started yet, it waits for Start, Kill or
-// Delete first. Without a PID namespace the cgroup is killed too, so that
+// ended (for a serving sandbox, how its init ended: it runs until it is
+// killed or deleted); for a sandbox not started yet, it waits for Start,
+// Kill or Delete first. Without a PID namespace the cgroup is killed too, so that
 // nothing of the sandbox outlives it. Every call returns the same.
 func (s *Sandbox) Wait() (nsinit.Exit, error) {
 	<-s.released
