@@ -695,3 +695,44 @@ func TestServeRefusals(t *testing.T) {
 		t.Errorf("a spawn: %+v", r)
 	}
 }
+
+// BenchmarkServeExec measures an exec of /bin/true into a serving
+// sandbox, stdout on a pipe read to EOF, until its exit is in;
+// BenchmarkHostExec is the same through os/exec on the host.
+func BenchmarkServeExec(b *testing.B) {
+	skipWithoutUserns(b)
+	p, err := Start(&Config{Spec: serveSpec(b), Serve: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		p.Kill()
+		p.Wait()
+	}()
+	env := []string{"PATH=/usr/bin:/bin"}
+	for i := 0; i < b.N; i++ {
+		r, w, err := os.Pipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		c, err := p.Exec(ExecSpec{Args: []string{"/bin/true"}, Env: env, Stdout: w})
+		w.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, r)
+		r.Close()
+		if exit, err := c.Exit(); err != nil || exit.Code != 0 {
+			b.Fatal(exit, err)
+		}
+	}
+}
+
+func BenchmarkHostExec(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		cmd := exec.Command("/bin/true")
+		if _, err := cmd.Output(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
