@@ -212,7 +212,7 @@ func (s *server) route(r report) {
 				r.fd = -1
 			}
 		}
-		c.reply <- r
+		deliver(c, r)
 	case repExecExit:
 		if ch := c.child; ch != nil {
 			ch.exit = Exit{Code: r.Code}
@@ -225,10 +225,19 @@ func (s *server) route(r report) {
 			close(ch.done)
 		}
 	default:
-		c.reply <- r
+		deliver(c, r)
 	}
 	if r.fd >= 0 {
 		unix.Close(r.fd)
+	}
+}
+
+// deliver hands a call its first reply; a second one (which a correct
+// init never sends) is dropped rather than block the demux.
+func deliver(c *call, r report) {
+	select {
+	case c.reply <- r:
+	default:
 	}
 }
 

@@ -3,6 +3,7 @@
 package nsinit
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -542,7 +543,13 @@ func (p *Process) sendRaw(b []byte, id uint64, fds []int) error {
 		s.drop(id)
 		return err
 	}
-	rep, ok := <-c.reply
+	var rep report
+	var ok bool
+	select {
+	case rep, ok = <-c.reply:
+	case <-time.After(10 * time.Second):
+		return errors.New("no reply in 10 s")
+	}
 	switch {
 	case !ok:
 		return ErrSessionGone
@@ -587,8 +594,13 @@ func TestServeMalformed(t *testing.T) {
 		{"too many fds", mut(24, cinit.ExecFD0), []int{null, null, null, null, null, null, null, null, null, null}, unix.EPROTO},
 		{"unknown type", mut(4, 77), nil, unix.EPROTO},
 	}
-	for _, c := range cases {
-		err := p.sendRaw(c.b, id, c.fds)
+	for i, c := range cases {
+		// Each its own id: an accepted request's exit comes later.
+		b := append([]byte(nil), c.b...)
+		if len(b) >= 16 {
+			binary.NativeEndian.PutUint64(b[8:], id+uint64(i))
+		}
+		err := p.sendRaw(b, id+uint64(i), c.fds)
 		var ee *ExecError
 		if !errors.As(err, &ee) || ee.Errno != c.want || ee.Step != "request" {
 			t.Errorf("%s: %v, want a request error with %v", c.name, err, c.want)
