@@ -1232,10 +1232,8 @@ static _Noreturn void command_exit(const struct command_arg *a, int code)
 	_exit(code);
 }
 
-/* look_path resolves argv[0] with the command's PATH, inside the new root,
- * like nsinit.lookPath: 0 and the path to execute in *found (name itself
- * when it has a slash, else out), or the shell-style status (127 not found,
- * 126 not executable). */
+/* ar_strlen and ar_strchr are strlen and strchr without glibc, for code
+ * that runs after forget_parent. */
 static size_t ar_strlen(const char *s)
 {
 	const char *e = s;
@@ -1252,7 +1250,11 @@ static const char *ar_strchr(const char *s, char c)
 	return NULL;
 }
 
-/* look_path runs in serve mode's exec'd children, after forget_parent:
+/* look_path resolves argv[0] with the command's PATH, inside the new root,
+ * like a shell: 0 and the path to execute in *found (name itself
+ * when it has a slash, else out), or the shell-style status (127 not found,
+ * 126 not executable).
+ * It runs in serve mode's exec'd children too, after forget_parent:
  * glibc only through syscall(2), no string functions of its. */
 static int look_path(const char *name, const char *path, char out[PATH_MAX], const char **found)
 {
