@@ -502,7 +502,7 @@ func (m *Manager) Create(id string, res *specs.LinuxResources) (*Cgroup, error) 
 	}
 	if _, ok := parseExpressID(id); ok {
 		// Sweep judges such a cgroup by its name, whatever its record says.
-		return nil, fmt.Errorf("cgroups: invalid id %q: the express path's names (%s…) are not for Create", id, expressPrefix)
+		return nil, fmt.Errorf("cgroups: invalid id %q: the express path's names (%s…) are not for Create", id, ExpressPrefix)
 	}
 	l, err := parseLimits(res)
 	if err != nil {

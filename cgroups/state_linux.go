@@ -138,12 +138,12 @@ func (m *Manager) sweepRecords() (removed int, err error) {
 	return removed, errors.Join(errs...)
 }
 
-// expressPrefix starts the name of a cgroup the express path made
+// ExpressPrefix starts the name of a cgroup the express path made
 // (cmd/agentrun/internal/fastpath/express.c): sbe-PID-START-PIDNS-RANDOM, with the
 // owner's pid, its /proc/PID/stat start time and the inode of its PID
 // namespace in decimal, and 16 hex digits. It has no state record: the
 // name is the record, so that the express path writes no file per spawn.
-const expressPrefix = "sbe-"
+const ExpressPrefix = "sbe-"
 
 // ParseExpressName returns what an express cgroup's name says of its
 // owner, and whether name is one. The express path's C reading of a name
@@ -156,7 +156,7 @@ func ParseExpressName(name string) (pid int, start, pidns uint64, ok bool) {
 // parseExpressID returns the owner an express cgroup's name gives, and
 // whether name is one.
 func parseExpressID(name string) (owner, bool) {
-	rest, ok := strings.CutPrefix(name, expressPrefix)
+	rest, ok := strings.CutPrefix(name, ExpressPrefix)
 	if !ok {
 		return owner{}, false
 	}

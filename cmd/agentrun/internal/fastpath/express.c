@@ -43,10 +43,7 @@
 #define AT_EACCESS 0x200
 #endif
 
-#define EXPRESS_SUFFIX ".express"
 #define EXPRESS_MAX (256 << 10)
-/* cgroups.expressPrefix */
-#define EXPRESS_LEAF_PREFIX "sbe-"
 
 struct express {
 	char path[PATH_MAX]; /* of the record */

@@ -62,3 +62,11 @@ func TestPassEnvMatches(t *testing.T) {
 		t.Fatalf("prestart.c keys on %v; internal/passenv passes %v", got, passenv.Names)
 	}
 }
+
+// TestNamesMatch checks that the C side and the Go side name the express
+// record and the express cgroups alike.
+func TestNamesMatch(t *testing.T) {
+	if cExpressSuffix != expressSuffix || cLeafPrefix != cgroups.ExpressPrefix {
+		t.Fatalf("fastpath.h names %q and %q, the Go side %q and %q", cExpressSuffix, cLeafPrefix, expressSuffix, cgroups.ExpressPrefix)
+	}
+}

@@ -100,6 +100,11 @@ int ar_open_cached(const char *dir, const char *name, uid_t euid, struct stat *s
  * otherwise it returns with nothing changed, 1 when the record held all
  * the same.
  */
+/* The express record's name next to its image, and the prefix of the
+ * express path's cgroups (the Go side's expressSuffix and
+ * cgroups.ExpressPrefix, held equal by a test). */
+#define EXPRESS_SUFFIX ".express"
+#define EXPRESS_LEAF_PREFIX "sbe-"
 int ar_express_open(const char *dir, const char *name, uid_t euid, struct stat *st);
 int ar_express_read(const struct ar_image *img, int fd, const struct stat *st, const unsigned char **rel, size_t *rel_len);
 int ar_express(const struct ar_image *img, uid_t euid); /* 1: the record held */

@@ -164,6 +164,13 @@ func (p *Path) Adopted(release []byte, b lifecycle.Built) {
 	}
 }
 
+// The C side's names (fastpath.h), for the test that holds them equal to
+// the Go side's.
+const (
+	cExpressSuffix = C.EXPRESS_SUFFIX
+	cLeafPrefix    = C.EXPRESS_LEAF_PREFIX
+)
+
 // passEnv is the constructor's list of the variables whose values are part
 // of its key: the ones that reach the command (internal/passenv).
 func passEnv() []string {
