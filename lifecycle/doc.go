@@ -8,7 +8,8 @@
 // List) and can signal it; Sweep removes the records of owners that died
 // and ends what they left. A one-shot spawn (agentrun.Run) is an
 // anonymous sandbox: created, started, waited for and deleted, with no
-// record.
+// record. A serving sandbox (Options.Serve) has no command of its own: it
+// runs a process per Exec, each as confined as a command, until deleted.
 //
 // It sits between a compiled OCI Spec and nsinit, which starts the C init:
 // Policy or bundle -> specs.Spec -> lifecycle -> nsinit -> the C init.

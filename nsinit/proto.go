@@ -9,7 +9,10 @@
 // handle on a started sandbox: signal, kill, wait, violations. The package
 // also starts the userns holders the idmapped binds need, forwards the
 // caller's signals (Forwarder), and adopts an init the CLI's constructor
-// started from a cached plan (prestart).
+// started from a cached plan (prestart). In serve mode (Config.Serve) the
+// init has no command of its own: once confined, it runs a process per
+// Process.Exec request sent over the same socket, and lives until its
+// parent lets go.
 package nsinit
 
 // syncFD is the child's end of the sync socket; prepared mount fds follow.

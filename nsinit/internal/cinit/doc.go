@@ -5,5 +5,7 @@
 // filter and runs the command as PID 1. The package also holds the idmap
 // holder, the plan image (the Plan as bytes, which the CLI's constructor
 // caches and starts from: cmd/agentrun/internal/fastpath) and the C signal
-// forwarder. It exists only in cgo builds on Linux.
+// forwarder. In serve mode the init runs a process per exec request on
+// the sync socket instead of one command. It exists only in cgo builds on
+// Linux.
 package cinit
