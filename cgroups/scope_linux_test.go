@@ -511,8 +511,11 @@ func (fs *fakeScopes) lifecycle(t *testing.T, id string) error {
 // itself, not shared with the requests queued ahead of it, and all
 // goroutines share one connection.
 func TestScopeConcurrentSlowManager(t *testing.T) {
-	fs := newFakeScopes(t, func(f *sdbustest.Manager) { f.Latency = 60 * time.Millisecond })
-	fs.setTimeout(t, 600*time.Millisecond)
+	// 16 sandboxes of several requests each at 100 ms a request take
+	// well over the 2 s limit in all, while one request has 20 times the
+	// time it needs: margin for an emulated VM (vmtest) under load.
+	fs := newFakeScopes(t, func(f *sdbustest.Manager) { f.Latency = 100 * time.Millisecond })
+	fs.setTimeout(t, 2*time.Second)
 	const workers, rounds = 8, 2
 	errs := make(chan error, workers)
 	var wg sync.WaitGroup
