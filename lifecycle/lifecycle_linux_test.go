@@ -135,6 +135,17 @@ func (e *env) load(t *testing.T, id string) *lifecycle.Record {
 
 func exists(p string) bool { _, err := os.Lstat(p); return err == nil }
 
+// noCgroupLeft fails the test for each of r's cgroup directories that is
+// still there; prefix says which round.
+func noCgroupLeft(t *testing.T, r *lifecycle.Record, prefix string) {
+	t.Helper()
+	for _, p := range r.Cgroup {
+		if exists(p) {
+			t.Errorf("%sthe cgroup %s is left", prefix, p)
+		}
+	}
+}
+
 // TestCreateStartWaitDelete walks a named sandbox through its life: the
 // command does not run before Start, the record follows each state, Wait
 // gives the command's status and Delete leaves nothing behind.
@@ -179,11 +190,7 @@ func TestCreateStartWaitDelete(t *testing.T) {
 	if _, err := lifecycle.Load(e.dir, "walk"); !errors.Is(err, lifecycle.ErrNotFound) {
 		t.Errorf("Load after Delete: %v, want ErrNotFound", err)
 	}
-	for _, p := range r.Cgroup {
-		if exists(p) {
-			t.Errorf("the cgroup %s is left", p)
-		}
-	}
+	noCgroupLeft(t, r, "")
 }
 
 // TestDeleteCreated deletes a sandbox that was never started: its command
@@ -201,11 +208,7 @@ func TestDeleteCreated(t *testing.T) {
 	if r.Init.Alive() {
 		t.Errorf("the init %d outlived Delete", r.Init.PID)
 	}
-	for _, p := range r.Cgroup {
-		if exists(p) {
-			t.Errorf("the cgroup %s is left", p)
-		}
-	}
+	noCgroupLeft(t, r, "")
 	if exists(filepath.Join(e.dir, "never.json")) {
 		t.Error("the record is left")
 	}
@@ -559,10 +562,6 @@ func TestStartDeleteRace(t *testing.T) {
 		if r.Init.Alive() || exists(filepath.Join(e.dir, sb.ID()+".json")) {
 			t.Fatalf("round %d: the init or the record outlived Delete", i)
 		}
-		for _, p := range r.Cgroup {
-			if exists(p) {
-				t.Errorf("round %d: the cgroup %s is left", i, p)
-			}
-		}
+		noCgroupLeft(t, r, fmt.Sprintf("round %d: ", i))
 	}
 }

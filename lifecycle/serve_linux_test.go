@@ -128,11 +128,7 @@ func TestServingSandbox(t *testing.T) {
 	if _, err := lifecycle.Load(e.dir, "session"); !errors.Is(err, lifecycle.ErrNotFound) {
 		t.Errorf("Load after Delete: %v", err)
 	}
-	for _, p := range r.Cgroup {
-		if exists(p) {
-			t.Errorf("the cgroup %s is left", p)
-		}
-	}
+	noCgroupLeft(t, r, "")
 	if _, err := sb.Exec(nsinit.ExecSpec{Args: []string{"/bin/true"}, Env: env}); err == nil {
 		t.Error("an exec after Delete succeeded")
 	}
