@@ -366,7 +366,7 @@ func TestForgedRecords(t *testing.T) {
 	write("orphan.json", lifecycle.Record{Version: 1, ID: "orphan", State: lifecycle.Running,
 		Owner: procid.ID{PID: dead.Process.Pid, Start: 1, PidNS: self.PidNS}, Init: &reused})
 	write("renamed.json", lifecycle.Record{Version: 1, ID: "other", State: lifecycle.Running, Owner: self, Init: &vid})
-	write("future.json", lifecycle.Record{Version: 2, ID: "future", State: lifecycle.Running, Owner: self, Init: &vid})
+	write("future.json", lifecycle.Record{Version: 3, ID: "future", State: lifecycle.Running, Owner: self, Init: &vid})
 	if err := os.WriteFile(filepath.Join(e.dir, "garbage.json"), []byte("{not json"), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -34,9 +34,9 @@ const (
 	Stopped State = "stopped"
 )
 
-// recordVersion is the layout of Record; a record of another version is
-// refused rather than guessed at.
-const recordVersion = 1
+// recordVersion is the layout of Record; a record of a version above it
+// is refused rather than guessed at. Version 2 added Serve and Socket.
+const recordVersion = 2
 
 // Record is what a named sandbox keeps in its state directory: enough for
 // another process to find it, tell whether it still runs and signal it,
@@ -54,6 +54,11 @@ type Record struct {
 	Created time.Time  `json:"created"`
 	// Cgroup lists the sandbox's cgroup directories, if it has any.
 	Cgroup []string `json:"cgroup,omitempty"`
+	// Serve says the sandbox is a session (Options.Serve).
+	Serve bool `json:"serve,omitempty"`
+	// Socket is where the session's owner serves it (Options.Socket); the
+	// sweep removes it with the record.
+	Socket string `json:"socket,omitempty"`
 }
 
 // ErrNotFound is returned by Load for an ID without a record.
@@ -236,7 +241,7 @@ func readRecord(path string) (*Record, error) {
 	if err := dec.Decode(&r); err != nil {
 		return nil, fmt.Errorf("lifecycle: malformed record %s: %w", path, err)
 	}
-	if r.Version != recordVersion || ValidID(r.ID) != nil || filepath.Base(path) != r.ID+".json" {
+	if r.Version < 1 || r.Version > recordVersion || ValidID(r.ID) != nil || filepath.Base(path) != r.ID+".json" {
 		return nil, fmt.Errorf("lifecycle: malformed record %s", path)
 	}
 	return &r, nil
@@ -300,6 +305,37 @@ func (r *Record) Signal(sig syscall.Signal) error {
 	return unix.PidfdSendSignal(fd, sig, nil, 0)
 }
 
+// KillOwner kills the sandbox's owner (a holder that does not answer),
+// through a pidfd checked to be that process, and waits up to five
+// seconds for it to be gone; a sweep then ends the rest. An owner already
+// gone is not an error.
+func (r *Record) KillOwner() error {
+	fd, err := r.Owner.Pidfd()
+	if errors.Is(err, os.ErrProcessDone) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("lifecycle: kill the owner of %q: %w", r.ID, err)
+	}
+	// The pidfd turns readable once the process has exited.
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		n, err := unix.Poll(fds, int(time.Until(deadline).Milliseconds())+1)
+		if n > 0 {
+			return nil
+		}
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("lifecycle: wait for the owner of %q: %w", r.ID, err)
+		}
+	}
+	return fmt.Errorf("lifecycle: the owner of %q did not end after SIGKILL", r.ID)
+}
+
 // Sweep removes the records in dir whose owner died (killed with SIGKILL,
 // say) and kills an init of theirs that is still alive; the kernel has
 // normally done that already (the init's parent death signal), and the
@@ -354,6 +390,7 @@ func sweepLocked(dir string) (removed int, err error) {
 				continue
 			}
 		}
+		removeSocket(dir, r.Socket)
 		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("lifecycle: sweep: %w", err))
 			continue
@@ -361,4 +398,15 @@ func sweepLocked(dir string) (removed int, err error) {
 		removed++
 	}
 	return removed, errors.Join(errs...)
+}
+
+// removeSocket removes a record's socket: only a socket, and only below
+// the state directory, whatever the record says.
+func removeSocket(dir, sock string) {
+	if sock == "" || !statedir.Within(sock, dir) {
+		return
+	}
+	if fi, err := os.Lstat(sock); err == nil && fi.Mode()&fs.ModeSocket != 0 {
+		os.Remove(sock)
+	}
 }

@@ -68,6 +68,10 @@ type Options struct {
 	// is deleted. It needs a PID namespace. Stdin, Stdout, Stderr,
 	// Forwarder and Prestart do not apply.
 	Serve bool
+	// Socket is the path of the socket by which the caller serves the
+	// sandbox, kept in its record (below the state directory); Delete and
+	// Sweep remove it.
+	Socket string
 }
 
 // Prestart is nsinit.Prestart for the lifecycle: once an adopted init's
@@ -157,7 +161,7 @@ func Create(ctx context.Context, spec *specs.Spec, opts Options) (_ *Sandbox, er
 		if dir == "" {
 			dir = StateDir(os.Geteuid())
 		}
-		s.rec = Record{Version: recordVersion, ID: opts.ID, State: Creating, Owner: self, Created: time.Now().UTC()}
+		s.rec = Record{Version: recordVersion, ID: opts.ID, State: Creating, Owner: self, Created: time.Now().UTC(), Serve: opts.Serve, Socket: opts.Socket}
 		path, cerr := createRecord(dir, &s.rec)
 		if cerr != nil {
 			return nil, cerr
@@ -526,6 +530,7 @@ func (s *Sandbox) delete() error {
 		s.tmpl.Close()
 	}
 	if s.recPath != "" {
+		removeSocket(filepath.Dir(s.recPath), s.rec.Socket)
 		err = errors.Join(err, removeRecord(s.recPath))
 	}
 	return err

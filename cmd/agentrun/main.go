@@ -40,10 +40,16 @@ const usage = `usage: agentrun <command> [flags]
 
 commands:
   spawn    run a command in a fresh sandbox
+  create   start a session: a sandbox that lives across many commands
+  exec     run a command in a session
+  list     list your sessions
+  state    print a session's state as JSON
+  kill     signal every process of a session
+  delete   end a session and remove what it held
   probe    report what this host offers and whether the default policy holds
   version  print the version
 
-run 'agentrun spawn -h' for the spawn flags
+run 'agentrun COMMAND -h' for a command's flags
 `
 
 func run(args []string, stderr io.Writer) int {
@@ -62,6 +68,9 @@ func run(args []string, stderr io.Writer) int {
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return 0
+	}
+	if verb, ok := sessionVerbs[args[0]]; ok {
+		return verb(args[1:], os.Stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "agentrun: unknown command %q\n%s", args[0], usage)
 	return 2
@@ -247,36 +256,99 @@ type listFlag []string
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
+// policyFlags are the flags that describe a sandbox, shared by spawn and
+// create.
+type policyFlags struct {
+	ro, rw, tmpfsDest, env, capAdd    listFlag
+	workspace, netMode, policyFile    string
+	memory, pids, cpus, timeout       string
+	nofile, nproc, fsize, cpuTimeFlag string
+	seccompProfile                    string
+}
+
+// register adds the flags to fs; withTimeout adds --timeout, which only a
+// spawn has (a session's commands each have their own).
+func (f *policyFlags) register(fs *flag.FlagSet, withTimeout bool) {
+	fs.StringVar(&f.workspace, "workspace", "", "host directory bound read-write at /workspace (default: current directory)")
+	fs.Var(&f.ro, "ro", "bind host PATH[:DEST] read-only (repeatable)")
+	fs.Var(&f.rw, "rw", "bind host PATH[:DEST] read-write (repeatable)")
+	fs.Var(&f.tmpfsDest, "tmpfs", "mount an empty tmpfs at DEST (repeatable)")
+	fs.StringVar(&f.netMode, "net", "", "network: none (default; loopback only) or host (shares the host network: weaker, host loopback services are reachable)")
+	fs.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512M")
+	fs.StringVar(&f.pids, "pids", "", "maximum number of processes")
+	fs.StringVar(&f.cpus, "cpus", "", "CPU limit in cores, e.g. 0.5")
+	if withTimeout {
+		fs.StringVar(&f.timeout, "timeout", "", "kill the sandbox after this duration (exit 124)")
+	}
+	fs.Var(&f.env, "env", "set K=V in the command's environment (repeatable)")
+	fs.Var(&f.capAdd, "cap-add", "grant the command a capability, e.g. CAP_NET_RAW, held in the sandbox's user namespace only (repeatable; default none)")
+	fs.StringVar(&f.policyFile, "policy", "", "read the policy from a JSON file; flags add to it")
+	fs.StringVar(&f.seccompProfile, "seccomp-profile", "", "system-call filter: a profile file in OCI or Docker JSON format, or 'unconfined' (default: the built-in agent profile)")
+	fs.StringVar(&f.nofile, "nofile", "", "RLIMIT_NOFILE for the command")
+	fs.StringVar(&f.nproc, "nproc", "", "RLIMIT_NPROC for the command")
+	fs.StringVar(&f.fsize, "fsize", "", "RLIMIT_FSIZE for the command, e.g. 100M")
+	fs.StringVar(&f.cpuTimeFlag, "cpu-time", "", "RLIMIT_CPU for the command, e.g. 10s")
+}
+
+// policy builds the Policy: the --policy file ("-" is stdin, where
+// stdin is given), then the flags on top.
+func (f *policyFlags) policy(stdin io.Reader) (*agentrun.Policy, error) {
+	p := &agentrun.Policy{}
+	switch {
+	case f.policyFile == "-" && stdin != nil:
+		var err error
+		if p, err = agentrun.ReadPolicy(stdin); err != nil {
+			return nil, fmt.Errorf("--policy -: %w", err)
+		}
+	case f.policyFile != "":
+		var err error
+		if p, err = agentrun.LoadPolicyFile(f.policyFile); err != nil {
+			return nil, err
+		}
+	}
+	if f.workspace != "" {
+		p.Workspace = f.workspace
+	}
+	if f.netMode != "" {
+		p.Network = agentrun.NetworkMode(f.netMode)
+	}
+	if f.seccompProfile != "" {
+		p.Seccomp = f.seccompProfile
+	}
+	for _, v := range f.ro {
+		m, err := bindFlag(v, agentrun.MountRO)
+		if err != nil {
+			return nil, err
+		}
+		p.Mounts = append(p.Mounts, m)
+	}
+	for _, v := range f.rw {
+		m, err := bindFlag(v, agentrun.MountRW)
+		if err != nil {
+			return nil, err
+		}
+		p.Mounts = append(p.Mounts, m)
+	}
+	for _, d := range f.tmpfsDest {
+		p.Mounts = append(p.Mounts, agentrun.Mount{Dest: d, Mode: agentrun.MountTmpfs})
+	}
+	p.Env = append(p.Env, f.env...)
+	p.CapAdd = append(p.CapAdd, f.capAdd...)
+	if err := limitFlags(p, f.memory, f.pids, f.cpus, f.timeout, f.nofile, f.nproc, f.fsize, f.cpuTimeFlag); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
 func parseSpawn(args []string, stderr io.Writer) (*spawnOpts, error) {
 	fs := flag.NewFlagSet("spawn", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	var (
-		ro, rw, tmpfsDest, env, capAdd    listFlag
-		workspace, netMode, policyFile    string
-		memory, pids, cpus, timeout, res  string
-		nofile, nproc, fsize, cpuTimeFlag string
-	)
-	fs.StringVar(&workspace, "workspace", "", "host directory bound read-write at /workspace (default: current directory)")
-	fs.Var(&ro, "ro", "bind host PATH[:DEST] read-only (repeatable)")
-	fs.Var(&rw, "rw", "bind host PATH[:DEST] read-write (repeatable)")
-	fs.Var(&tmpfsDest, "tmpfs", "mount an empty tmpfs at DEST (repeatable)")
-	fs.StringVar(&netMode, "net", "", "network: none (default; loopback only) or host (shares the host network: weaker, host loopback services are reachable)")
-	fs.StringVar(&memory, "memory", "", "memory limit, e.g. 512M")
-	fs.StringVar(&pids, "pids", "", "maximum number of processes")
-	fs.StringVar(&cpus, "cpus", "", "CPU limit in cores, e.g. 0.5")
-	fs.StringVar(&timeout, "timeout", "", "kill the sandbox after this duration (exit 124)")
-	fs.Var(&env, "env", "set K=V in the command's environment (repeatable)")
-	fs.Var(&capAdd, "cap-add", "grant the command a capability, e.g. CAP_NET_RAW, held in the sandbox's user namespace only (repeatable; default none)")
-	fs.StringVar(&policyFile, "policy", "", "read the policy from a JSON file; flags add to it")
-	fs.StringVar(&res, "result", "", "write the result as JSON to this file")
-	var seccompProfile string
+	var pf policyFlags
+	pf.register(fs, true)
+	var res string
 	var verbose bool
-	fs.StringVar(&seccompProfile, "seccomp-profile", "", "system-call filter: a profile file in OCI or Docker JSON format, or 'unconfined' (default: the built-in agent profile)")
+	fs.StringVar(&res, "result", "", "write the result as JSON to this file")
 	fs.BoolVar(&verbose, "verbose", false, "print a line for every denied system call")
-	fs.StringVar(&nofile, "nofile", "", "RLIMIT_NOFILE for the command")
-	fs.StringVar(&nproc, "nproc", "", "RLIMIT_NPROC for the command")
-	fs.StringVar(&fsize, "fsize", "", "RLIMIT_FSIZE for the command, e.g. 100M")
-	fs.StringVar(&cpuTimeFlag, "cpu-time", "", "RLIMIT_CPU for the command, e.g. 10s")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stdout, "usage: agentrun spawn [flags] -- CMD [ARG...]")
@@ -287,45 +359,11 @@ func parseSpawn(args []string, stderr io.Writer) (*spawnOpts, error) {
 	}
 	o := &spawnOpts{result: res, verbose: verbose, policy: &agentrun.Policy{}}
 	o.splitAtFirstDashDash = flagsEndAtFirstDashDash(fs, args)
-	if policyFile != "" {
-		p, err := agentrun.LoadPolicyFile(policyFile)
-		if err != nil {
-			return o, err
-		}
-		o.policy = p
-	}
-	p := o.policy
-	if workspace != "" {
-		p.Workspace = workspace
-	}
-	if netMode != "" {
-		p.Network = agentrun.NetworkMode(netMode)
-	}
-	if seccompProfile != "" {
-		p.Seccomp = seccompProfile
-	}
-	for _, v := range ro {
-		m, err := bindFlag(v, agentrun.MountRO)
-		if err != nil {
-			return o, err
-		}
-		p.Mounts = append(p.Mounts, m)
-	}
-	for _, v := range rw {
-		m, err := bindFlag(v, agentrun.MountRW)
-		if err != nil {
-			return o, err
-		}
-		p.Mounts = append(p.Mounts, m)
-	}
-	for _, d := range tmpfsDest {
-		p.Mounts = append(p.Mounts, agentrun.Mount{Dest: d, Mode: agentrun.MountTmpfs})
-	}
-	p.Env = append(p.Env, env...)
-	p.CapAdd = append(p.CapAdd, capAdd...)
-	if err := limitFlags(p, memory, pids, cpus, timeout, nofile, nproc, fsize, cpuTimeFlag); err != nil {
+	p, err := pf.policy(nil)
+	if err != nil {
 		return o, err
 	}
+	o.policy = p
 	if cmd := fs.Args(); len(cmd) > 0 {
 		p.Command = cmd
 	}

@@ -56,15 +56,21 @@ func StartTime(pid int) (uint64, error) {
 }
 
 // Alive reports whether id's process still runs: same pid, same start
-// time. A process of another PID namespace cannot be judged from here;
+// time, not exited. A process of another PID namespace cannot be judged from here;
 // Alive reports true for it, so that nothing of it is taken for dead.
 func (id ID) Alive() bool {
 	ns, err := pidNS()
 	if err != nil || ns != id.PidNS {
 		return true
 	}
-	start, err := StartTime(id.PID)
-	return err == nil && start == id.Start
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(id.PID) + "/stat")
+	if err != nil {
+		return false
+	}
+	// A zombie has exited: it only waits for its parent (or, for an
+	// orphan, the reaper of its PID namespace) to collect it.
+	state, start, err := parseStat(b)
+	return err == nil && start == id.Start && state != 'Z' && state != 'X'
 }
 
 // Judgeable reports whether id's pid is one of this process's PID
