@@ -261,6 +261,7 @@ type fdReader struct{ cn *conn }
 func (f fdReader) Read(b []byte) (int, error) {
 	oob := make([]byte, unix.CmsgSpace(3*4))
 	n, oobn, _, _, err := f.cn.c.ReadMsgUnix(b, oob)
+	n = max(n, 0) // -1 with some errors
 	if oobn > 0 {
 		msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
 		for _, m := range msgs {
