@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -75,4 +76,34 @@ func BenchmarkCompile(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkSessionExec measures Session.Exec of /bin/true with its output
+// captured, in a live session, beside os/exec's Output of /bin/true on the
+// host ("host"): the goal is a ratio of at most 1.25.
+func BenchmarkSessionExec(b *testing.B) {
+	s, err := NewSession(context.Background(), &Policy{Workspace: b.TempDir()}, SessionOptions{})
+	if noSandbox(err) {
+		b.Skipf("no sandbox here (needs user namespaces or root): %v", err)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	b.Run("session", func(b *testing.B) {
+		req := ExecRequest{Args: []string{"/bin/true"}}
+		for b.Loop() {
+			res, err := s.Exec(context.Background(), req)
+			if err != nil || res.ExitCode != 0 {
+				b.Fatal(res, err)
+			}
+		}
+	})
+	b.Run("host", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := exec.Command("/bin/true").Output(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -58,7 +58,7 @@ const (
 
 // Names lists every contender in display order.
 func Names() []string {
-	return []string{ForkExec, Unshare, Bwrap, Runc, RuncRootless, AgentrunNone, AgentrunNoneBase, AgentrunNoPrestart, AgentrunNoExpress, AgentrunHost, AgentrunUnconfined, AgentrunAPI, BwrapRootless, AgentrunRootless, AgentrunRootlessBase}
+	return append([]string{ForkExec, Unshare, Bwrap, Runc, RuncRootless, AgentrunNone, AgentrunNoneBase, AgentrunNoPrestart, AgentrunNoExpress, AgentrunHost, AgentrunUnconfined, AgentrunAPI, BwrapRootless, AgentrunRootless, AgentrunRootlessBase}, sessionNames()...)
 }
 
 // BaseNames lists the contenders that need Options.Baseline.
@@ -104,6 +104,7 @@ type Set struct {
 	Notes      []string
 	tmp        string
 	cgroupDirs []string
+	closers    []func() error // sessions made for the session contenders
 }
 
 // ScratchDir is the set's temporary directory, for short-lived files.
@@ -112,6 +113,9 @@ func (s *Set) ScratchDir() string { return s.tmp }
 // Close removes the temporary directory and the cgroups created for runc.
 func (s *Set) Close() error {
 	var errs []error
+	for _, c := range s.closers {
+		errs = append(errs, c())
+	}
 	for _, d := range s.cgroupDirs {
 		if err := removeCgroupTree(d); err != nil {
 			errs = append(errs, err)
@@ -240,6 +244,13 @@ func Build(ctx context.Context, opt Options) (*Set, error) {
 	if opt.Baseline != "" && selected(opt.Only, AgentrunRootlessBase) {
 		add(rootlessBase(tmp, opt.Baseline))
 	}
+	if selected(opt.Only, SessionExec) {
+		add(sessionExec(set, ws))
+	}
+	if selected(opt.Only, SessionExecCLI) {
+		add(sessionExecCLI(set, opt.Agentrun, ws))
+	}
+	add(sessionCreate(ws))
 	// Show commands without the random temp path, so reports diff cleanly.
 	for _, c := range set.Contenders {
 		c.Command = strings.ReplaceAll(c.Command, tmp, "$BENCH_TMP")
