@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -79,5 +80,19 @@ func TestRecordDirMustBePrivate(t *testing.T) {
 	}
 	if _, err := Sweep(dir); err == nil {
 		t.Error("Sweep acted on a world-writable directory")
+	}
+}
+
+// TestValidID: the ids a sandbox may have, and some it may not.
+func TestValidID(t *testing.T) {
+	for _, id := range []string{"a", "0", "a.b_c-d", "A9", strings.Repeat("x", 128)} {
+		if err := ValidID(id); err != nil {
+			t.Errorf("ValidID(%q): %v", id, err)
+		}
+	}
+	for _, id := range []string{"", "_a", ".a", "-a", "a..b", "a/b", "a b", "a\x00", "é", strings.Repeat("x", 129)} {
+		if ValidID(id) == nil {
+			t.Errorf("ValidID(%q) accepted it", id)
+		}
 	}
 }
