@@ -45,6 +45,11 @@ struct ar_prestart {
  * Go side once: later calls see AR_PRESTART_OFF. */
 void ar_prestart(int argc, char **argv, char **envp);
 
+/* ar_session_exec runs `agentrun exec ID -- CMD...` through the session's
+ * socket and exits with the command's status; it returns, having sent
+ * nothing, for anything it leaves to Go (sessexec.c). */
+void ar_session_exec(int argc, char **argv);
+
 /* The environment variables whose values are part of the key. */
 const char *const *ar_prestart_pass_env(void);
 struct ar_prestart ar_prestart_take(void);

@@ -870,6 +870,9 @@ __attribute__((constructor(AR_CTOR_FASTPATH))) static void fastpath_start(void)
 {
 	int argc;
 	char **argv, **envp;
-	if (ar_start_args(&argc, &argv, &envp) == 0)
-		ar_prestart(argc, argv, envp);
+	if (ar_start_args(&argc, &argv, &envp) != 0)
+		return;
+	if (argc > 1 && argv[1] && strcmp(argv[1], "exec") == 0)
+		ar_session_exec(argc, argv);
+	ar_prestart(argc, argv, envp);
 }
