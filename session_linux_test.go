@@ -345,4 +345,3 @@ func TestSessionViolationEvent(t *testing.T) {
 		}
 	}
 }
-
