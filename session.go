@@ -124,5 +124,13 @@ func CompileSession(p *Policy, h *HostInfo) (*specs.Spec, error) {
 	return Compile(&q, h)
 }
 
+// PoolOptions configure a Pool.
+type PoolOptions struct {
+	// Size is how many sessions are kept ready (default 2).
+	Size int
+	// Warn receives one-line warnings of the builds.
+	Warn func(string)
+}
+
 // ErrSessionClosed is the error of calls on a session that has ended.
 var ErrSessionClosed = errors.New("agentrun: the session has ended")

@@ -18,6 +18,7 @@ import (
 	"github.com/agentrun/agentrun/lifecycle"
 	"github.com/agentrun/agentrun/probe"
 	"github.com/agentrun/agentrun/session"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // Session is a sandbox that lives across many commands: files in /tmp
@@ -31,6 +32,9 @@ type Session struct {
 	policy *Policy
 	cwd    string
 	b      backend
+	// background: Close returns at once and the session is deleted in
+	// the background (a session taken from a Pool).
+	background bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -66,6 +70,15 @@ func NewSession(ctx context.Context, p *Policy, o SessionOptions) (*Session, err
 	if o.Persistent {
 		return newPersistent(ctx, p, o)
 	}
+	spec, err := compileSession(p)
+	if err != nil {
+		return nil, err
+	}
+	return openLocal(ctx, p, spec, o)
+}
+
+// compileSession compiles p for a session on this host.
+func compileSession(p *Policy) (*specs.Spec, error) {
 	host, err := NewHostInfo(p)
 	if err != nil {
 		return nil, &SetupError{Step: "workspace", Err: err}
@@ -74,6 +87,11 @@ func NewSession(ctx context.Context, p *Policy, o SessionOptions) (*Session, err
 	if err != nil {
 		return nil, &SetupError{Step: "policy", Err: err}
 	}
+	return spec, nil
+}
+
+// openLocal starts a session of spec served by this process.
+func openLocal(ctx context.Context, p *Policy, spec *specs.Spec, o SessionOptions) (*Session, error) {
 	h, err := session.Open(ctx, session.Config{
 		ID: o.Name, Spec: spec, Listen: o.Name != "",
 		Warn: o.Warn, UsernsBlocker: probe.UsernsBlockerFor,
@@ -455,7 +473,13 @@ func (s *Session) Subscribe(fn func(SessionEvent)) (cancel func(), err error) {
 // held. A persistent or attached session is deleted too (Detach leaves it
 // running). It may be called more than once.
 func (s *Session) Close() error {
-	s.closeOnce.Do(func() { s.closeErr = s.b.delete() })
+	s.closeOnce.Do(func() {
+		if s.background {
+			go s.b.delete()
+			return
+		}
+		s.closeErr = s.b.delete()
+	})
 	return s.closeErr
 }
 

@@ -345,3 +345,65 @@ func TestSessionViolationEvent(t *testing.T) {
 		}
 	}
 }
+
+// TestPool: sessions taken from a pool are fresh (nothing of another
+// taker's), work, and are refilled; Close of the pool deletes its stock.
+func TestPool(t *testing.T) {
+	pl, err := NewPool(context.Background(), &Policy{Workspace: t.TempDir()}, PoolOptions{Size: 2})
+	if noSandbox(err) {
+		t.Skipf("no sandbox here (needs user namespaces or root): %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []string
+	for i := 0; i < 5; i++ {
+		s, err := pl.Take(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := mustExec(t, s, ExecRequest{Shell: "test -e /tmp/mark && echo reused; touch /tmp/mark; echo ok"})
+		if string(res.Stdout) != "ok\n" {
+			t.Errorf("take %d: %q", i, res.Stdout)
+		}
+		pids = append(pids, fmt.Sprint(s.b.(localBackend).h.State().Pid))
+		start := time.Now()
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d > 50*time.Millisecond {
+			t.Errorf("Close of a pool's session took %s; it should return at once", d)
+		}
+	}
+	if err := pl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pl.Take(context.Background()); !errors.Is(err, ErrPoolClosed) {
+		t.Errorf("Take after Close: %v", err)
+	}
+	// Every init is gone soon after: the taken ones closed in the
+	// background, the stock by Close.
+	deadline := time.Now().Add(5 * time.Second)
+	for _, pid := range pids {
+		for exists("/proc/"+pid) && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if exists("/proc/" + pid) {
+			t.Errorf("the init %s of a closed session is still there", pid)
+		}
+	}
+}
+
+// TestPoolRefusesPolicy: a policy the host cannot enforce fails NewPool.
+func TestPoolRefusesPolicy(t *testing.T) {
+	_, err := NewPool(context.Background(), &Policy{Workspace: t.TempDir(), Network: "bogus"}, PoolOptions{})
+	var se *SetupError
+	if !errors.As(err, &se) || !errors.Is(err, ErrPolicy) {
+		t.Errorf("NewPool with a bad network mode: %v", err)
+	}
+}
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}

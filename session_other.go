@@ -55,3 +55,12 @@ func (*Process) SignalGroup(syscall.Signal) error { return ErrUnsupported }
 func (*Process) Done() <-chan struct{}            { c := make(chan struct{}); close(c); return c }
 func (*Process) Wait() (*ExecResult, error)       { return nil, ErrUnsupported }
 func (*Process) Close() error                     { return nil }
+
+// Pool keeps sessions of one policy built ahead; only Linux has them.
+type Pool struct{}
+
+// NewPool returns ErrUnsupported: sessions need Linux.
+func NewPool(context.Context, *Policy, PoolOptions) (*Pool, error) { return nil, ErrUnsupported }
+
+func (*Pool) Take(context.Context) (*Session, error) { return nil, ErrUnsupported }
+func (*Pool) Close() error                           { return nil }

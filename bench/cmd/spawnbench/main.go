@@ -78,7 +78,7 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	fs.StringVar(&f.out, "out", "bench/results", "directory for latest.md, latest.svg and latest.json")
 	fs.BoolVar(&f.quick, "quick", false, "few samples for a smoke run (-n 30, 1 warm-up, small scaling budget) unless set explicitly")
 	fs.Uint64Var(&f.seed, "seed", 0, "shuffle seed (0: from the clock; the report records it)")
-	scale := fs.String("scale", spawn.AgentrunNone+","+spawn.Bwrap, "contenders for the concurrency runs (\"none\" to skip)")
+	scale := fs.String("scale", spawn.AgentrunNone+","+spawn.Bwrap+","+spawn.SessionExec, "contenders for the concurrency runs (\"none\" to skip)")
 	levels := fs.String("levels", "1,2,8,32", "concurrency levels")
 	fs.IntVar(&f.scaleSpawns, "scale-spawns", 128, "spawns per contender per concurrency level (at least 2 per worker per batch)")
 	fs.IntVar(&f.rssRuns, "rss", 5, "untimed runs per contender under GNU time for peak RSS (0: skip)")

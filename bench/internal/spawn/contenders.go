@@ -251,6 +251,9 @@ func Build(ctx context.Context, opt Options) (*Set, error) {
 		add(sessionExecCLI(set, opt.Agentrun, ws))
 	}
 	add(sessionCreate(ws))
+	if selected(opt.Only, PoolExec) {
+		add(poolExec(set, ws))
+	}
 	// Show commands without the random temp path, so reports diff cleanly.
 	for _, c := range set.Contenders {
 		c.Command = strings.ReplaceAll(c.Command, tmp, "$BENCH_TMP")

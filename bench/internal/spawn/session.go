@@ -27,10 +27,14 @@ const (
 	// SessionCreate is NewSession of the default policy from this
 	// process, closed in the background afterwards. Goal: ≤ 1× bwrap.
 	SessionCreate = "session-create"
+	// PoolExec is a fresh sandbox per command from a Pool: Take, Exec of
+	// /bin/true, Close (which returns at once). Goal: ≤ 2× fork+exec
+	// while the pool holds stock.
+	PoolExec = "pool-exec"
 )
 
 // sessionNames lists the session contenders in display order.
-func sessionNames() []string { return []string{SessionExec, SessionExecCLI, SessionCreate} }
+func sessionNames() []string { return []string{SessionExec, SessionExecCLI, SessionCreate, PoolExec} }
 
 // sessionExec makes a session in ws for the timed execs; set closes it.
 func sessionExec(set *Set, ws string) *Contender {
@@ -103,4 +107,37 @@ func sessionCreate(ws string) *Contender {
 			return nil
 		},
 	}
+}
+
+// poolExec takes a fresh session from a pool for every command.
+func poolExec(set *Set, ws string) *Contender {
+	c := &Contender{
+		Name:    PoolExec,
+		Label:   "a fresh sandbox per command from a Pool of 2: Take, Exec of /bin/true, Close (goal ≤ 2× fork+exec)",
+		Command: "Pool.Take(); Session.Exec([/bin/true]); Session.Close()",
+	}
+	pl, err := agentrun.NewPool(context.Background(), &agentrun.Policy{Workspace: ws}, agentrun.PoolOptions{Size: 2})
+	if err != nil {
+		c.Status, c.Reason = report.StatusFailed, err.Error()
+		return c
+	}
+	set.closers = append(set.closers, pl.Close)
+	c.Status = report.StatusOK
+	req := agentrun.ExecRequest{Args: []string{"/bin/true"}}
+	c.inProc = func(ctx context.Context) error {
+		s, err := pl.Take(ctx)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		res, err := s.Exec(ctx, req)
+		if err != nil {
+			return err
+		}
+		if res.ExitCode != 0 {
+			return fmt.Errorf("exit %d", res.ExitCode)
+		}
+		return nil
+	}
+	return c
 }
