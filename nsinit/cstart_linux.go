@@ -194,6 +194,7 @@ func startC(cfg *Config) (_ *Process, err error) {
 			}
 			return abort(&StepError{Step: "seccomp", Msg: "the profile denies " + denied + ", which a serving sandbox's init needs"})
 		}
+		p.ttyDenied = cinit.ServeTTYCheck(prog.Filter)
 	}
 	release, err := releaseMsg(prog)
 	if err != nil {

@@ -23,6 +23,7 @@ const (
 	reqSignal    = 2
 	reqSignalAll = 3
 	sigGroup     = 16
+	execTTY      = 8
 )
 
 func encodeRequest(request) ([]byte, error) { return nil, errNeedCgo }

@@ -147,6 +147,9 @@ type Process struct {
 	// once its demux reads the socket.
 	serve   *server
 	serving atomic.Bool
+	// ttyDenied names a call of an exec on a terminal that the filter
+	// denies ("" when it allows them all): such execs are refused.
+	ttyDenied string
 }
 
 // openPidfd opens a pidfd for the init, which must not be reaped yet. A
@@ -387,7 +390,7 @@ func startError(err error, blocker func(error) string) error {
 // read returns the next report from the child, with the descriptor that
 // came with it (or -1).
 func (p *Process) read() (report, error) {
-	oob := make([]byte, unix.CmsgSpace(4))
+	oob := make([]byte, unix.CmsgSpace(2*4))
 	var n, oobn int
 	var err error
 	raw, err := p.sock.SyscallConn()
@@ -431,18 +434,19 @@ func (p *Process) read() (report, error) {
 	if n == 0 {
 		return report{}, io.EOF
 	}
-	r := report{fd: -1}
+	r := report{fd: -1, fd2: -1}
 	if oobn > 0 {
 		if msgs, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil && len(msgs) == 1 {
-			if fds, ferr := unix.ParseUnixRights(&msgs[0]); ferr == nil && len(fds) == 1 {
+			if fds, ferr := unix.ParseUnixRights(&msgs[0]); ferr == nil && len(fds) >= 1 && len(fds) <= 2 {
 				r.fd = fds[0]
+				if len(fds) == 2 {
+					r.fd2 = fds[1]
+				}
 			}
 		}
 	}
 	if err := json.Unmarshal(buf[:n], &r); err != nil {
-		if r.fd >= 0 {
-			unix.Close(r.fd)
-		}
+		r.closeFDs()
 		return report{}, fmt.Errorf("%w: %w", errBadReport, err)
 	}
 	return r, nil

@@ -15,6 +15,8 @@
 // parent lets go.
 package nsinit
 
+import "golang.org/x/sys/unix"
+
 // syncFD is the child's end of the sync socket; prepared mount fds follow.
 const syncFD = 3
 
@@ -39,8 +41,21 @@ type report struct {
 	// ID is a serving init's echo of a request's id; Errno its error.
 	ID    uint64 `json:"id,omitempty"`
 	Errno int    `json:"errno,omitempty"`
-	// fd is a descriptor received with the report, or -1.
-	fd int
+	// TTY says an exec-started report's first descriptor is the master
+	// of the exec's terminal (its pidfd, if any, is then the second).
+	TTY int `json:"tty,omitempty"`
+	// fd and fd2 are the descriptors received with the report, or -1.
+	fd, fd2 int
+}
+
+// closeFDs closes the descriptors the report came with.
+func (r *report) closeFDs() {
+	for _, fd := range []*int{&r.fd, &r.fd2} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
+		}
+	}
 }
 
 // StepError is a setup failure in the parent or the child, naming the step.

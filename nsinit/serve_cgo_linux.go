@@ -10,11 +10,12 @@ const (
 	reqSignal    = cinit.ReqSignal
 	reqSignalAll = cinit.ReqSignalAll
 	sigGroup     = cinit.SigGroup
+	execTTY      = cinit.ExecTTY
 )
 
 // encodeRequest lays r out as the init reads it (cinit.Request).
 func encodeRequest(r request) ([]byte, error) {
-	cr := cinit.Request{Type: r.typ, ID: r.id, Target: r.target, Flags: r.flags, Sig: r.sig,
+	cr := cinit.Request{Type: r.typ, ID: r.id, Target: r.target, Flags: r.flags, Sig: r.sig, Winsize: r.winsize,
 		Cwd: r.cwd, Path: r.path, Argv: r.argv, Env: r.env}
 	return cr.Encode()
 }

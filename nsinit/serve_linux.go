@@ -45,7 +45,14 @@ type ExecSpec struct {
 	// Stdin, Stdout and Stderr become the process's fds 0-2; nil is
 	// /dev/null. The process holds no other descriptor.
 	Stdin, Stdout, Stderr *os.File
+	// TTY runs the process on a new pseudo-terminal of the sandbox's own
+	// devpts, as its controlling terminal and fds 0-2 (Stdin, Stdout and
+	// Stderr must be nil); Child.TTY is its master.
+	TTY *Winsize
 }
+
+// Winsize is a terminal's size; zero leaves the kernel's default.
+type Winsize struct{ Rows, Cols uint16 }
 
 // ExecError is an exec the init could not start (a cwd that does not
 // exist, a malformed request): the step that failed and why.
@@ -66,6 +73,7 @@ type Child struct {
 	id    uint64
 	pid   int
 	pidfd *os.File
+	tty   *os.File
 	done  chan struct{}
 	exit  Exit
 	err   error
@@ -77,6 +85,10 @@ func (c *Child) Pid() int { return c.pid }
 // Pidfd is a pidfd of the child on the host, nil where the kernel made
 // none. It is closed once the child has been reaped.
 func (c *Child) Pidfd() *os.File { return c.pidfd }
+
+// TTY is the master of the child's terminal (ExecSpec.TTY), nil without
+// one; the caller owns it and closes it.
+func (c *Child) TTY() *os.File { return c.tty }
 
 // Done is closed once the child has ended, or the sandbox has.
 func (c *Child) Done() <-chan struct{} { return c.done }
@@ -198,18 +210,21 @@ func (s *server) route(r report) {
 	}
 	s.mu.Unlock()
 	if c == nil {
-		if r.fd >= 0 {
-			unix.Close(r.fd)
-		}
+		r.closeFDs()
 		return
 	}
 	switch r.Type {
 	case repExecStarted:
 		if c.child != nil {
 			c.child.pid = r.Pid
-			if r.fd >= 0 {
-				c.child.pidfd = os.NewFile(uintptr(r.fd), "pidfd")
-				r.fd = -1
+			pidfd := &r.fd
+			if r.TTY != 0 && r.fd >= 0 {
+				c.child.tty = os.NewFile(uintptr(r.fd), "pty-master")
+				r.fd, pidfd = -1, &r.fd2
+			}
+			if *pidfd >= 0 {
+				c.child.pidfd = os.NewFile(uintptr(*pidfd), "pidfd")
+				*pidfd = -1
 			}
 		}
 		deliver(c, r)
@@ -227,9 +242,7 @@ func (s *server) route(r report) {
 	default:
 		deliver(c, r)
 	}
-	if r.fd >= 0 {
-		unix.Close(r.fd)
-	}
+	r.closeFDs()
 }
 
 // deliver hands a call its first reply; a second one (which a correct
@@ -329,6 +342,16 @@ func (p *Process) Exec(x ExecSpec) (*Child, error) {
 		}
 	}
 	r := request{typ: reqExec, cwd: x.Cwd, path: path, argv: x.Args, env: x.Env}
+	if x.TTY != nil {
+		if x.Stdin != nil || x.Stdout != nil || x.Stderr != nil {
+			return nil, errors.New("nsinit: exec: a terminal is the whole stdio: no Stdin, Stdout or Stderr with TTY")
+		}
+		if p.ttyDenied != "" {
+			return nil, fmt.Errorf("nsinit: exec: the profile denies %s, which a terminal needs", p.ttyDenied)
+		}
+		r.flags |= execTTY
+		r.winsize = uint32(x.TTY.Rows) | uint32(x.TTY.Cols)<<16
+	}
 	var files []*os.File
 	for i, f := range []*os.File{x.Stdin, x.Stdout, x.Stderr} {
 		if f != nil {
@@ -388,6 +411,7 @@ type request struct {
 	typ, flags uint32
 	id, target uint64
 	sig        int32
+	winsize    uint32
 	cwd, path  string
 	argv, env  []string
 }

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrun/agentrun/mounts"
 	"github.com/agentrun/agentrun/nsinit/internal/cinit"
 	"github.com/agentrun/agentrun/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -602,6 +603,8 @@ func TestServeMalformed(t *testing.T) {
 		{"an fd without its flag", good, []int{null}, unix.EPROTO},
 		{"too many fds", mut(24, cinit.ExecFD0), []int{null, null, null, null, null, null, null, null, null, null}, unix.EPROTO},
 		{"unknown type", mut(4, 77), nil, unix.EPROTO},
+		{"a terminal size without a terminal", mut(44, 24|80<<16), nil, unix.EPROTO},
+		{"a terminal and an fd", mut(24, cinit.ExecTTY|cinit.ExecFD0), []int{null}, unix.EINVAL},
 	}
 	for i, c := range cases {
 		// Each its own id: an accepted request's exit comes later.
@@ -620,6 +623,58 @@ func TestServeMalformed(t *testing.T) {
 	}
 	if after := initFDs(p); before >= 0 && after != before {
 		t.Errorf("the init holds %d fds after the malformed requests, %d before", after, before)
+	}
+}
+
+// TestServeTTY: an exec on a terminal has the sandbox's own pty as its
+// controlling terminal, in the foreground, at the size asked for; input
+// written to the master reaches it.
+func TestServeTTY(t *testing.T) {
+	spec := serveSpec(t)
+	spec.Mounts = append(spec.Mounts,
+		specs.Mount{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+		specs.Mount{Destination: "/dev/ptmx", Type: mounts.TypeSymlink, Source: "pts/ptmx"})
+	p := startServe(t, spec)
+	env := []string{"PATH=/usr/bin:/bin"}
+	ttyRun := func(script, input string) (string, Exit) {
+		t.Helper()
+		c, err := p.Exec(ExecSpec{Args: []string{"/bin/sh", "-c", script}, Env: env, TTY: &Winsize{Rows: 33, Cols: 101}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := c.TTY()
+		if m == nil {
+			t.Fatal("no terminal master")
+		}
+		defer m.Close()
+		if input != "" {
+			if _, err := m.WriteString(input); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The master reads EIO once the last slave fd is closed.
+		out, _ := io.ReadAll(m)
+		exit, err := c.Exit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.ReplaceAll(string(out), "\r\n", "\n"), exit
+	}
+	out, exit := ttyRun("tty; stty size; ps -o stat= -p $$", "")
+	lines := strings.Fields(out)
+	if exit.Code != 0 || len(lines) != 4 || lines[0] != "/dev/pts/0" || lines[1] != "33" || lines[2] != "101" ||
+		!strings.Contains(lines[3], "s") || !strings.Contains(lines[3], "+") {
+		t.Errorf("on a terminal: %+v %q, want /dev/pts/0, 33 101, a foreground session leader", exit, out)
+	}
+	if out, _ := ttyRun("read x; echo got:$x", "hello\n"); !strings.Contains(out, "got:hello") {
+		t.Errorf("input through the master: %q", out)
+	}
+	if _, err := p.Exec(ExecSpec{Args: []string{"true"}, Env: env, TTY: &Winsize{}, Stdout: os.Stderr}); err == nil {
+		t.Error("an exec with a terminal and a Stdout was accepted")
+	}
+	// Positive control: without a terminal, no tty.
+	if r := run(t, p, sh("tty"), nil); r.exit.Code == 0 {
+		t.Errorf("tty without a terminal: %+v", r)
 	}
 }
 

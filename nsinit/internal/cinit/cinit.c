@@ -40,6 +40,7 @@
 #include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -57,6 +58,10 @@
 #include <linux/sched.h>
 #include <linux/seccomp.h>
 #include <linux/sockios.h>
+
+#ifndef TIOCGPTPEER
+#define TIOCGPTPEER _IO('T', 0x41)
+#endif
 
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
@@ -2146,7 +2151,8 @@ int ar_parse_req(const void *buf, size_t len, int nfds, struct ar_parsed_req *r,
 	r->target = h.target;
 	r->flags = h.flags;
 	r->sig = h.sig;
-	if (h.magic != AR_REQ_MAGIC || h.reserved) {
+	r->winsize = h.winsize;
+	if (h.magic != AR_REQ_MAGIC || (h.winsize && !(h.type == AR_REQ_EXEC && (h.flags & AR_EXEC_TTY)))) {
 		*why = "bad magic";
 		return -EPROTO;
 	}
@@ -2162,7 +2168,8 @@ int ar_parse_req(const void *buf, size_t len, int nfds, struct ar_parsed_req *r,
 	case AR_REQ_EXEC: {
 		uint32_t fdbits = h.flags & (AR_EXEC_FD0 | AR_EXEC_FD1 | AR_EXEC_FD2);
 		int want = (fdbits & 1) + ((fdbits >> 1) & 1) + ((fdbits >> 2) & 1);
-		if (h.flags != fdbits || h.sig) {
+		/* A terminal is the whole stdio: no fd with it. */
+		if ((h.flags != fdbits && h.flags != AR_EXEC_TTY) || h.sig) {
 			*why = "bad flags";
 			return -EINVAL;
 		}
@@ -2253,24 +2260,37 @@ static void reply_head(struct out *o, const char *type, uint64_t id)
 }
 
 /* send_reply sends o, with fd (SCM_RIGHTS) unless it is -1. */
+static void send_reply2(int sock, const struct out *o, int fd, int fd2);
+
 static void send_reply(int sock, const struct out *o, int fd)
+{
+	send_reply2(sock, o, fd, -1);
+}
+
+/* send_reply2 sends o with fd and fd2, those of them that are not -1. */
+static void send_reply2(int sock, const struct out *o, int fd, int fd2)
 {
 	union {
 		struct cmsghdr h;
-		char b[CMSG_SPACE(sizeof(int))];
+		char b[CMSG_SPACE(2 * sizeof(int))];
 	} ctl;
 	struct iovec iov = {.iov_base = (void *)o->b, .iov_len = o->n};
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-	if (fd >= 0) {
+	int fds[2], n = 0;
+	if (fd >= 0)
+		fds[n++] = fd;
+	if (fd2 >= 0)
+		fds[n++] = fd2;
+	if (n > 0) {
 		for (size_t i = 0; i < sizeof ctl.b; i++)
 			ctl.b[i] = 0;
 		mh.msg_control = ctl.b;
-		mh.msg_controllen = sizeof ctl.b;
+		mh.msg_controllen = CMSG_SPACE((size_t)n * sizeof(int));
 		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
 		cm->cmsg_level = SOL_SOCKET;
 		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+		cm->cmsg_len = CMSG_LEN((size_t)n * sizeof(int));
+		memcpy(CMSG_DATA(cm), fds, (size_t)n * sizeof(int));
 	}
 	/* A parent that is gone gets nothing; the next poll sees it. */
 	(void)syscall(SYS_sendmsg, sock, &mh, MSG_NOSIGNAL);
@@ -2357,6 +2377,11 @@ static _Noreturn void exec_child(const struct ar_parsed_req *r, const int slot[3
 			goto fail;
 		}
 	}
+	/* A terminal's slave is the session's controlling terminal. */
+	if ((r->flags & AR_EXEC_TTY) && syscall(SYS_ioctl, 0, TIOCSCTTY, 0) < 0) {
+		f.step = XF_STDIO;
+		goto fail;
+	}
 	/* The sync socket, the signalfd, the template's lock and every fd
 	 * received for this or another request go at execve. */
 	if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
@@ -2387,6 +2412,47 @@ fail:
 	f.err = errno;
 	(void)syscall(SYS_write, errw, &f, sizeof f);
 	exit_now(AR_EXIT_SETUP_FAILED);
+}
+
+/*
+ * open_pty makes a pseudo-terminal on the sandbox's own devpts (its
+ * /dev/ptmx; compile.go mounts a new instance), sized winsize (rows |
+ * columns << 16; 0 leaves the kernel's), and opens its slave through
+ * the master (TIOCGPTPEER), so no path is looked up for it.
+ */
+static int open_pty(uint32_t winsize, int *master, int *slave)
+{
+	/* The mode, unused without O_CREAT, is 0: the filter reads it. */
+	int m = (int)syscall(SYS_openat, AT_FDCWD, "/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC, 0);
+	if (m < 0)
+		return -1;
+	int unlock = 0;
+	struct winsize ws = {.ws_row = (unsigned short)(winsize & 0xffff), .ws_col = (unsigned short)(winsize >> 16)};
+	if (syscall(SYS_ioctl, m, TIOCSPTLCK, &unlock) < 0 || (winsize && syscall(SYS_ioctl, m, TIOCSWINSZ, &ws) < 0)) {
+		int e = errno;
+		(void)syscall(SYS_close, m);
+		errno = e;
+		return -1;
+	}
+	int sl = (int)syscall(SYS_ioctl, m, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
+	if (sl < 0) {
+		int e = errno;
+		(void)syscall(SYS_close, m);
+		errno = e;
+		return -1;
+	}
+	*master = m;
+	*slave = sl;
+	return 0;
+}
+
+static void close_pty(int *master, int *slave)
+{
+	if (*master >= 0)
+		(void)syscall(SYS_close, *master);
+	if (*slave >= 0)
+		(void)syscall(SYS_close, *slave);
+	*master = *slave = -1;
 }
 
 /*
@@ -2482,10 +2548,20 @@ static void serve_exec(int sync, const struct ar_parsed_req *r, const int *fds, 
 		reply_error(sync, r->id, "exec", NULL, "too many processes", EAGAIN);
 		return;
 	}
+	int master = -1, slave = -1;
+	if (r->flags & AR_EXEC_TTY) {
+		if (open_pty(r->winsize, &master, &slave) < 0) {
+			int e = errno;
+			reply_error(sync, r->id, "open a terminal", NULL, NULL, e);
+			return;
+		}
+		slot[0] = slot[1] = slot[2] = slave;
+	}
 	int ep[2];
 	if (syscall(SYS_pipe2, ep, O_CLOEXEC) < 0) {
 		int e = errno;
 		close_fds(fds, nfds);
+		close_pty(&master, &slave);
 		reply_error(sync, r->id, "exec", NULL, "pipe", e);
 		return;
 	}
@@ -2502,8 +2578,13 @@ static void serve_exec(int sync, const struct ar_parsed_req *r, const int *fds, 
 	int e = errno;
 	close_fds(fds, nfds);
 	(void)syscall(SYS_close, ep[1]);
+	if (slave >= 0) {
+		(void)syscall(SYS_close, slave);
+		slave = -1;
+	}
 	if (pid < 0) {
 		(void)syscall(SYS_close, ep[0]);
+		close_pty(&master, &slave);
 		reply_error(sync, r->id, "exec", NULL, "fork", e);
 		return;
 	}
@@ -2519,6 +2600,7 @@ static void serve_exec(int sync, const struct ar_parsed_req *r, const int *fds, 
 			;
 		if (pidfd >= 0)
 			(void)syscall(SYS_close, pidfd);
+		close_pty(&master, &slave);
 		reply_error(sync, r->id, xf_step(f.step), f.step == XF_CHDIR ? r->cwd : NULL, NULL, f.err);
 		return;
 	}
@@ -2529,10 +2611,13 @@ static void serve_exec(int sync, const struct ar_parsed_req *r, const int *fds, 
 	reply_head(&o, "exec-started", r->id);
 	put(&o, ",\"pid\":");
 	put_int(&o, pid);
+	if (master >= 0)
+		put(&o, ",\"tty\":1");
 	put(&o, "}");
-	send_reply(sync, &o, pidfd);
+	send_reply2(sync, &o, master, pidfd);
 	if (pidfd >= 0)
 		(void)syscall(SYS_close, pidfd);
+	close_pty(&master, &slave);
 }
 
 /* serve_signal signals an exec'd child, or its process group, while it is
@@ -2698,6 +2783,30 @@ static const struct {
 	{"execve", {SYS_execve, 0, {0}}},
 	{"exit_group", {SYS_exit_group, 0, {0}}},
 };
+
+/* The calls of an exec on a terminal, besides serve_calls. */
+static const struct {
+	const char *name;
+	struct known_call c;
+} tty_calls[] = {
+	{"openat of /dev/ptmx", {SYS_openat, 1u | 1u << 2 | 1u << 3, {(uint64_t)(int64_t)AT_FDCWD, 0, O_RDWR | O_NOCTTY | O_CLOEXEC, 0}}},
+	{"ioctl TIOCSPTLCK", {SYS_ioctl, 1u << 1, {0, TIOCSPTLCK}}},
+	{"ioctl TIOCSWINSZ", {SYS_ioctl, 1u << 1, {0, TIOCSWINSZ}}},
+	{"ioctl TIOCGPTPEER", {SYS_ioctl, 1u << 1 | 1u << 2, {0, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC}}},
+	{"ioctl TIOCSCTTY", {SYS_ioctl, 7u, {0, TIOCSCTTY, 0}}},
+};
+
+const char *ar_serve_tty_denied(const void *filter, size_t n)
+{
+#ifdef NATIVE_AUDIT_ARCH
+	for (size_t i = 0; i < sizeof tty_calls / sizeof tty_calls[0]; i++)
+		if (!filter_allows(filter, n, NATIVE_AUDIT_ARCH, &tty_calls[i].c))
+			return tty_calls[i].name;
+#else
+	(void)filter, (void)n;
+#endif
+	return NULL;
+}
 
 int ar_serve_denied(const void *filter, size_t n, int sync, int *pidfd)
 {

@@ -134,8 +134,11 @@ struct ar_plan {
  * argv[0..argc), env[0..envc). An exec request carries one fd
  * (SCM_RIGHTS) per AR_EXEC_FDn bit, in order; the others none. The init
  * has no malloc, so the format is binary and every count is bounded.
+ * An AR_EXEC_TTY exec runs on a new pseudo-terminal of the sandbox's own
+ * devpts, its controlling terminal, and passes no fd.
  * Replies (init -> parent) are JSON reports carrying the request's id:
- * exec-started (with a pidfd, SCM_RIGHTS, when there is one),
+ * exec-started (with SCM_RIGHTS: the terminal's master for a TTY exec,
+ * then a pidfd when there is one; "tty":1 says the first is the master),
  * exec-error, exec-exit, ack.
  */
 #define AR_REQ_MAGIC 0x31515241u /* "ARQ1" */
@@ -143,21 +146,22 @@ struct ar_plan {
 #define AR_REQ_MAX_STRINGS 16384 /* argc + envc */
 #define AR_SERVE_MAX 4096        /* exec'd children tracked at once (the default pids.max) */
 enum { AR_REQ_EXEC = 1, AR_REQ_SIGNAL = 2, AR_REQ_SIGNAL_ALL = 3 };
-enum { AR_EXEC_FD0 = 1, AR_EXEC_FD1 = 2, AR_EXEC_FD2 = 4, AR_SIG_GROUP = 16 };
+enum { AR_EXEC_FD0 = 1, AR_EXEC_FD1 = 2, AR_EXEC_FD2 = 4, AR_EXEC_TTY = 8, AR_SIG_GROUP = 16 };
 
 struct ar_req {
 	uint32_t magic, type;
 	uint64_t id;     /* the parent's token, echoed in the reply */
 	uint64_t target; /* AR_REQ_SIGNAL: the id of the exec to signal */
-	uint32_t flags;  /* AR_EXEC_FD*, AR_SIG_GROUP */
+	uint32_t flags;  /* AR_EXEC_FD* or AR_EXEC_TTY, AR_SIG_GROUP */
 	int32_t sig;
 	uint32_t argc, envc, strings_len;
-	uint32_t reserved; /* 0 */
+	/* AR_EXEC_TTY: the terminal's rows | columns << 16; otherwise 0. */
+	uint32_t winsize;
 };
 
 /* A request as ar_parse_req read it; strings point into its buffer. */
 struct ar_parsed_req {
-	uint32_t type, flags;
+	uint32_t type, flags, winsize;
 	uint64_t id, target;
 	int sig;
 	const char *cwd, *path; /* "" cwd: the init's */
@@ -176,6 +180,9 @@ int ar_parse_req(const void *buf, size_t len, int nfds, struct ar_parsed_req *r,
  * ar_serve_call names one. *pidfd says whether it allows CLONE_PIDFD. */
 int ar_serve_denied(const void *filter, size_t n, int sync, int *pidfd);
 const char *ar_serve_call(int i);
+/* ar_serve_tty_denied names the first call of an exec on a terminal that
+ * the filter does not allow, NULL when it allows them all. */
+const char *ar_serve_tty_denied(const void *filter, size_t n);
 
 /* The most fds, mounts, devices... a plan may carry: the child keeps
  * per-entry state in arrays on its stack. */

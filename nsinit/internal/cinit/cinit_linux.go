@@ -495,6 +495,7 @@ const (
 	ExecFD0  = C.AR_EXEC_FD0
 	ExecFD1  = C.AR_EXEC_FD1
 	ExecFD2  = C.AR_EXEC_FD2
+	ExecTTY  = C.AR_EXEC_TTY
 	SigGroup = C.AR_SIG_GROUP
 
 	// ReqMax bounds a request's size; ReqMaxStrings its argv and env.
@@ -513,8 +514,10 @@ type Request struct {
 	Type   uint32
 	ID     uint64 // echoed in the reply
 	Target uint64 // ReqSignal: the ID of the exec to signal
-	Flags  uint32 // ExecFD*, SigGroup
+	Flags  uint32 // ExecFD* or ExecTTY, SigGroup
 	Sig    int32
+	// Winsize is an ExecTTY exec's terminal size: rows | columns << 16.
+	Winsize uint32
 	// Exec only: Cwd "" keeps the init's; Path is the PATH Argv[0] is
 	// looked up in.
 	Cwd, Path string
@@ -553,6 +556,7 @@ func (r *Request) Encode() ([]byte, error) {
 	ne.PutUint32(b[32:], uint32(argc))
 	ne.PutUint32(b[36:], uint32(envc))
 	ne.PutUint32(b[40:], uint32(n))
+	ne.PutUint32(b[44:], r.Winsize)
 	for _, s := range strs {
 		b = append(b, s...)
 		b = append(b, 0)
@@ -574,6 +578,18 @@ func ServeCheck(filter []byte) (denied string, pidfd bool) {
 		return C.GoString(C.ar_serve_call(i)), false
 	}
 	return "", pf == 1
+}
+
+// ServeTTYCheck names the first call of an exec on a terminal that filter
+// does not allow, "" when it allows them all.
+func ServeTTYCheck(filter []byte) string {
+	if len(filter) == 0 {
+		return ""
+	}
+	if c := C.ar_serve_tty_denied(unsafe.Pointer(&filter[0]), C.size_t(len(filter)/8)); c != nil {
+		return C.GoString(c)
+	}
+	return ""
 }
 
 // parsedRequest is what ar_parse_req read, for tests.
