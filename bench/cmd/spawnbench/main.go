@@ -48,6 +48,7 @@ type flags struct {
 	scale       []string
 	levels      []int
 	scaleSpawns int
+	idle        int
 	rssRuns     int
 	cpuRuns     int
 	timeout     time.Duration
@@ -81,6 +82,7 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	scale := fs.String("scale", spawn.AgentrunNone+","+spawn.Bwrap+","+spawn.SessionExec, "contenders for the concurrency runs (\"none\" to skip)")
 	levels := fs.String("levels", "1,2,8,32", "concurrency levels")
 	fs.IntVar(&f.scaleSpawns, "scale-spawns", 128, "spawns per contender per concurrency level (at least 2 per worker per batch)")
+	fs.IntVar(&f.idle, "idle-sessions", 500, "sessions made side by side for the idle-memory figures (0 skips)")
 	fs.IntVar(&f.rssRuns, "rss", 5, "untimed runs per contender under GNU time for peak RSS (0: skip)")
 	fs.IntVar(&f.cpuRuns, "cpu", 100, "untimed back-to-back runs per contender for the CPU time per spawn (0: skip)")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "limit for one spawn")
@@ -98,6 +100,9 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 		}
 		if !set["warmup"] {
 			f.warmup = 1
+		}
+		if !set["idle-sessions"] {
+			f.idle = 20
 		}
 		if !set["scale-spawns"] {
 			f.scaleSpawns = 32
@@ -227,7 +232,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
+	var idle *report.IdleSessions
+	if f.idle > 0 {
+		logf("idle sessions: making %d", f.idle)
+		is := spawn.IdleSessions(ctx, f.agentrun, set.ScratchDir(), f.idle, logf)
+		idle = &is
+	}
+
 	rep := &report.Report{
+		Idle:    idle,
 		Started: started,
 		Machine: machine.Collect(ctx, map[string][]string{
 			"bwrap":     {"bwrap", "--version"},
@@ -240,7 +253,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Config: report.Config{
 			Rounds: f.rounds, Warmup: f.warmup, Seed: f.seed, Quick: f.quick, Only: f.only,
 			Agentrun: f.agentrun, BaselineAgentrun: f.baseline, ScaleContenders: f.scale, ScaleLevels: f.levels, ScaleSpawns: f.scaleSpawns,
-			RSSRuns: f.rssRuns, CPURuns: f.cpuRuns,
+			RSSRuns: f.rssRuns, CPURuns: f.cpuRuns, IdleSessions: f.idle,
 		},
 		Baseline:   spawn.Bwrap,
 		Floor:      spawn.ForkExec,

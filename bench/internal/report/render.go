@@ -94,6 +94,10 @@ func (r *Report) Text(w io.Writer) error {
 			return fmt.Errorf("render scaling table: %w", err)
 		}
 	}
+	if l := r.idleLine(); l != "" {
+		fmt.Fprintln(bw)
+		fmt.Fprintln(bw, l)
+	}
 	if lines := r.unmeasured(); len(lines) > 0 {
 		fmt.Fprintln(bw)
 		for _, l := range lines {
@@ -104,6 +108,23 @@ func (r *Report) Text(w io.Writer) error {
 		return fmt.Errorf("write text report: %w", err)
 	}
 	return nil
+}
+
+// idleLine sums up the idle sessions' memory in one line, "" when they
+// were not measured.
+func (r *Report) idleLine() string {
+	s := r.Idle
+	switch {
+	case s == nil:
+		return ""
+	case s.Status != StatusOK:
+		return fmt.Sprintf("idle sessions: %s — %s", s.Status, oneLine(s.Reason))
+	case s.Sessions == 0:
+		return ""
+	}
+	n := float64(s.Sessions)
+	return fmt.Sprintf("idle sessions: %d made in %.1f s; per session (holder + init) %.2f MiB PSS (holder %.2f), %.2f MiB RSS, %.2f MiB anonymous; MemAvailable fell by %.0f MiB in all",
+		s.Sessions, s.CreateWallMS/1000, float64(s.PSSKiB)/n/1024, float64(s.HolderPSSKiB)/n/1024, float64(s.RSSKiB)/n/1024, float64(s.AnonKiB)/n/1024, float64(s.MemAvailableDropKiB)/1024)
 }
 
 func scaleStatus(p ScalePoint) string {
@@ -217,6 +238,12 @@ func (r *Report) Markdown(w io.Writer, svgName string) error {
 				s.Spawns, s.Throughput, FormatMS(s.Latency.P50), FormatMS(s.Latency.P90), FormatMS(s.Latency.P99))
 		}
 		p("\n")
+	}
+
+	if l := r.idleLine(); l != "" {
+		p("## Idle sessions\n\n")
+		p("Sessions made one after another with `agentrun create` and left idle, each a holder process and an init; PSS shares the pages the processes share (the binary's), so the total counts them once.\n\n")
+		p("%s\n\n", l)
 	}
 
 	p("## Contenders\n\n")

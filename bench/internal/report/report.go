@@ -68,6 +68,24 @@ type ScalePoint struct {
 	Latency    *stats.Summary `json:"latency_ms,omitempty"`
 }
 
+// IdleSessions is the memory of many sessions idling side by side (made
+// by agentrun create: a holder process and an init each).
+type IdleSessions struct {
+	Sessions     int     `json:"sessions"`
+	Status       Status  `json:"status"`
+	Reason       string  `json:"reason,omitempty"`
+	CreateWallMS float64 `json:"create_wall_ms"`
+	// Totals over every holder and init, in KiB: PSS counts a shared
+	// page once across them, RSS once per process.
+	PSSKiB       int64 `json:"pss_kib"`
+	RSSKiB       int64 `json:"rss_kib"`
+	AnonKiB      int64 `json:"anon_kib"`
+	HolderPSSKiB int64 `json:"holder_pss_kib"`
+	// MemAvailableDropKiB is how much MemAvailable fell while they were
+	// made (kernel memory included).
+	MemAvailableDropKiB int64 `json:"mem_available_drop_kib"`
+}
+
 // Config is how the run was invoked, recorded so it can be repeated.
 type Config struct {
 	Rounds   int      `json:"rounds"`
@@ -83,19 +101,21 @@ type Config struct {
 	ScaleSpawns      int      `json:"scale_spawns_per_level"`
 	RSSRuns          int      `json:"rss_runs"`
 	CPURuns          int      `json:"cpu_runs"`
+	IdleSessions     int      `json:"idle_sessions"`
 }
 
 // Report is everything one run produced.
 type Report struct {
-	Started    time.Time    `json:"started"`
-	ElapsedS   float64      `json:"elapsed_s"`
-	Machine    machine.Info `json:"machine"`
-	Config     Config       `json:"config"`
-	Baseline   string       `json:"baseline"` // contender the "×bwrap" column divides by
-	Floor      string       `json:"floor"`    // contender the "×fork+exec" column divides by
-	Contenders []Contender  `json:"contenders"`
-	Scaling    []ScalePoint `json:"scaling,omitempty"`
-	Notes      []string     `json:"notes,omitempty"`
+	Started    time.Time     `json:"started"`
+	ElapsedS   float64       `json:"elapsed_s"`
+	Machine    machine.Info  `json:"machine"`
+	Config     Config        `json:"config"`
+	Baseline   string        `json:"baseline"` // contender the "×bwrap" column divides by
+	Floor      string        `json:"floor"`    // contender the "×fork+exec" column divides by
+	Contenders []Contender   `json:"contenders"`
+	Scaling    []ScalePoint  `json:"scaling,omitempty"`
+	Idle       *IdleSessions `json:"idle_sessions,omitempty"`
+	Notes      []string      `json:"notes,omitempty"`
 }
 
 // Find returns the contender with the given name, or nil.
