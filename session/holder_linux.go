@@ -85,7 +85,12 @@ func RunHolder(in io.Reader, ready *os.File, warn func(string), usernsBlocker fu
 		_ = h.Close()
 		return 1
 	}
-	return h.hold(sigs)
+	code := h.hold(sigs)
+	// A delete ends the session before its reply goes out.
+	if h.ln != nil {
+		h.ln.awaitReplies(2 * time.Second)
+	}
+	return code
 }
 
 // hold serves the session until it ends.

@@ -439,14 +439,26 @@ func sameWriter(a, b io.Writer) (same bool) {
 
 // copy passes a pipe's bytes on to w, up to max when max > 0, and reads
 // the rest to the end so that the process never blocks on a full pipe.
+// Once finish sets a read deadline (the wait delay has passed), the bytes
+// already in the pipe are still passed on, then copy stops: a slow w
+// loses nothing that the process wrote, and a background process that
+// holds the pipe open holds the copy no longer.
 func (p *Proc) copy(r *os.File, w io.Writer, max int64, cut *atomic.Bool) {
 	defer p.copies.Done()
 	buf := make([]byte, 32*1024)
 	var sent int64
 	wok := true
-	for {
-		n, err := r.Read(buf)
+	left := -1 // bytes still to read once the delay has passed
+	for left != 0 {
+		b := buf
+		if left > 0 {
+			b = buf[:min(left, len(buf))]
+		}
+		n, err := r.Read(b)
 		if n > 0 {
+			if left > 0 {
+				left -= n
+			}
 			b := buf[:n]
 			if max > 0 && int64(n) > max-sent {
 				b = b[:max-sent]
@@ -459,10 +471,32 @@ func (p *Proc) copy(r *os.File, w io.Writer, max int64, cut *atomic.Bool) {
 			}
 			sent += int64(len(b))
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) && left < 0 {
+			left = pipeQueued(r)
+			if left > 0 && r.SetReadDeadline(time.Time{}) != nil {
+				return
+			}
+			continue
+		}
 		if err != nil {
 			return
 		}
 	}
+}
+
+// pipeQueued is the count of bytes waiting in a pipe (FIONREAD).
+func pipeQueued(f *os.File) int {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	_ = rc.Control(func(fd uintptr) {
+		if q, err := unix.IoctlGetInt(int(fd), unix.TIOCINQ); err == nil {
+			n = q
+		}
+	})
+	return n
 }
 
 // finish waits for the process, then for its pipes (at most delay), and
@@ -487,12 +521,15 @@ func (p *Proc) finish(delay time.Duration) {
 		}
 		t.Stop()
 	}
-	// Closing the read ends ends copies still blocked on a pipe that a
-	// background process holds open.
+	// The deadline ends copies still blocked on a pipe that a background
+	// process holds open, once they have passed on what is in it.
+	for _, f := range p.readers {
+		_ = f.SetReadDeadline(time.Unix(1, 0))
+	}
+	<-copied
 	for _, f := range p.readers {
 		f.Close()
 	}
-	<-copied
 	p.info = ExitInfo{
 		Code: exit.Code, Signal: exit.Signal,
 		Aborted:         p.aborted.Load(),

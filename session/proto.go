@@ -210,7 +210,8 @@ func readLine(r *bufio.Reader) ([]byte, error) {
 	for {
 		chunk, err := r.ReadSlice('\n')
 		line = append(line, chunk...)
-		if len(line) > MaxLine {
+		// The newline does not count.
+		if n := len(line); n > MaxLine && (err != nil || n-1 > MaxLine) {
 			return nil, fmt.Errorf("%w: a line longer than %d bytes", ErrFraming, MaxLine)
 		}
 		if err == nil {

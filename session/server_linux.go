@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -61,6 +62,13 @@ type listener struct {
 	mu     sync.Mutex
 	conns  map[*conn]struct{}
 	closed bool
+	// published is the socket under its name, once publish gave it one:
+	// close removes the name only while it is still that socket (a
+	// create refused for an ID in use must not remove the socket of the
+	// session that has the ID).
+	published os.FileInfo
+	// replying counts the delete replies on their way (awaitReplies).
+	replying atomic.Int32
 }
 
 // listen binds the socket for h at a temporary name beside path; only the
@@ -135,9 +143,16 @@ func sweepTemps(dir string) {
 // publish gives the socket its name; a stale socket of a session of the
 // same id that died is replaced.
 func (l *listener) publish() error {
+	fi, err := os.Lstat(l.tmp)
+	if err != nil {
+		return fmt.Errorf("session: %w", err)
+	}
 	if err := os.Rename(l.tmp, l.path); err != nil {
 		return fmt.Errorf("session: %w", err)
 	}
+	l.mu.Lock()
+	l.published = fi
+	l.mu.Unlock()
 	return nil
 }
 
@@ -151,15 +166,25 @@ func (l *listener) close() {
 	l.closed = true
 	conns := l.conns
 	l.conns = nil
+	published := l.published
 	l.mu.Unlock()
 	l.ln.Close()
 	os.Remove(l.tmp)
 	// The name is removed only while it is still this session's socket.
-	if fi, err := os.Lstat(l.path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+	if fi, err := os.Lstat(l.path); err == nil && published != nil && os.SameFile(fi, published) {
 		os.Remove(l.path)
 	}
 	for c := range conns {
 		c.c.Close()
+	}
+}
+
+// awaitReplies waits, at most max, for the replies to delete requests
+// that are on their way: the session ends before its delete reply is
+// sent, and the process that held it must not exit in between.
+func (l *listener) awaitReplies(max time.Duration) {
+	for deadline := time.Now().Add(max); l.replying.Load() > 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -242,7 +267,9 @@ type conn struct {
 	w   *bufio.Writer
 
 	mu     sync.Mutex
-	fds    []int            // received and not yet taken, in order
+	fds    []fdBatch        // received and not yet claimed, in order
+	mine   []int            // the descriptors of the request being served
+	read   int64            // the bytes read from the connection
 	tied   map[string]*Proc // ended with the connection
 	stdins map[string]*stdinPipe
 	events func()
@@ -270,25 +297,75 @@ func (f fdReader) Read(b []byte) (int, error) {
 				continue
 			}
 			f.cn.mu.Lock()
-			f.cn.fds = append(f.cn.fds, fds...)
+			f.cn.fds = append(f.cn.fds, fdBatch{fds: fds, lo: f.cn.read, hi: f.cn.read + int64(n)})
 			f.cn.mu.Unlock()
 		}
 	}
+	f.cn.mu.Lock()
+	f.cn.read += int64(n)
+	f.cn.mu.Unlock()
 	if n == 0 && err == nil {
 		err = io.EOF
 	}
 	return n, err
 }
 
-// takeFD takes the oldest received descriptor.
+// fdBatch is the descriptors that one read brought, with the bytes of the
+// stream that it read.
+type fdBatch struct {
+	fds    []int
+	lo, hi int64
+}
+
+// claim gives the request that ends where the reading stands, and took
+// size bytes, the descriptors that came with it: a read that returns
+// descriptors ends with the message they were sent with, and a client
+// sends them with the first bytes of a request's line. The descriptors
+// of earlier requests that none took are closed: they never pass to
+// another request.
+func (cn *conn) claim(size int) {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	end := cn.read - int64(cn.r.Buffered())
+	start := end - int64(size)
+	keep := cn.fds[:0]
+	for _, b := range cn.fds {
+		switch {
+		case b.lo <= start && start < b.hi && b.hi <= end:
+			cn.mine = append(cn.mine, b.fds...)
+		case b.hi <= end:
+			closeFDs(b.fds)
+		default:
+			keep = append(keep, b)
+		}
+	}
+	cn.fds = keep
+}
+
+// release closes the descriptors of the request served that it did not
+// take.
+func (cn *conn) release() {
+	cn.mu.Lock()
+	closeFDs(cn.mine)
+	cn.mine = nil
+	cn.mu.Unlock()
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// takeFD takes the request's next descriptor.
 func (cn *conn) takeFD() (*os.File, bool) {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
-	if len(cn.fds) == 0 {
+	if len(cn.mine) == 0 {
 		return nil, false
 	}
-	fd := cn.fds[0]
-	cn.fds = cn.fds[1:]
+	fd := cn.mine[0]
+	cn.mine = cn.mine[1:]
 	unix.CloseOnExec(fd)
 	return os.NewFile(uintptr(fd), "passed"), true
 }
@@ -341,8 +418,11 @@ func (cn *conn) run() {
 		cn.mu.Lock()
 		tied, stdins, events := cn.tied, cn.stdins, cn.events
 		cn.tied, cn.stdins = map[string]*Proc{}, map[string]*stdinPipe{}
-		fds := cn.fds
-		cn.fds = nil
+		fds := cn.mine
+		for _, b := range cn.fds {
+			fds = append(fds, b.fds...)
+		}
+		cn.fds, cn.mine = nil, nil
 		cn.mu.Unlock()
 		for _, p := range tied {
 			p.Cancel()
@@ -376,6 +456,8 @@ func (cn *conn) run() {
 		h.touch()
 		var req Request
 		if err := decodeStrict(line, &req); err != nil {
+			cn.claim(len(line) + 1)
+			cn.release()
 			cn.fail(0, KindProtocol, "malformed request: %v", err)
 			continue
 		}
@@ -388,7 +470,10 @@ func (cn *conn) run() {
 				return
 			}
 		}
-		if !cn.handle(&req, payload) {
+		cn.claim(len(line) + 1 + len(payload))
+		ok := cn.handle(&req, payload)
+		cn.release()
+		if !ok {
 			return
 		}
 	}
@@ -494,11 +579,14 @@ func (cn *conn) handle(req *Request, payload []byte) bool {
 		return cn.send(&Reply{Type: TypeOK, Req: req.Req}, nil) == nil
 	case OpDelete:
 		// The reply comes once everything is gone; this connection is
-		// left open for it, and ends after it.
+		// left open for it, and ends after it. The holder process waits
+		// for it before it exits (awaitReplies).
 		if l := h.ln; l != nil {
 			l.mu.Lock()
 			delete(l.conns, cn)
 			l.mu.Unlock()
+			l.replying.Add(1)
+			defer l.replying.Add(-1)
 		}
 		err := h.Close()
 		if err != nil {

@@ -20,7 +20,9 @@ import (
 	"time"
 
 	"github.com/agentrun/agentrun"
+	"github.com/agentrun/agentrun/cgroups"
 	"github.com/agentrun/agentrun/lifecycle"
+	"github.com/agentrun/agentrun/nsinit"
 	"github.com/agentrun/agentrun/probe"
 	"github.com/agentrun/agentrun/session"
 )
@@ -77,6 +79,23 @@ func oneID(fs *flag.FlagSet, usage string, stderr io.Writer) (string, int, bool)
 	return id, 0, true
 }
 
+// sweep removes what the holders that died (SIGKILL) left: their
+// records, sockets and inits (lifecycle.Sweep) and then, if there were
+// any or cgroupsToo says so, their cgroups, which the cgroups' own sweep
+// would otherwise leave until the next sandbox is made. A holder's cgroup
+// outlives its record while the holder is a zombie (cgroups.Sweep counts
+// it alive; the host's PID 1 may take seconds to reap it), so list and
+// delete, which a user runs to see or clean up, sweep the cgroups anyway.
+func sweep(dir string, cgroupsToo bool) (int, error) {
+	n, err := lifecycle.Sweep(dir)
+	if n > 0 || cgroupsToo {
+		if m, merr := cgroups.NewManager(cgroups.Options{ScopeHolder: nsinit.HoldCommand}); merr == nil {
+			_, _ = m.Sweep()
+		}
+	}
+	return n, err
+}
+
 func createCmd(args []string, stdout, stderr io.Writer) int {
 	const usage = "create [policy flags] [--idle-timeout D] [--json] ID"
 	fs := flag.NewFlagSet("create", flag.ContinueOnError)
@@ -92,7 +111,8 @@ func createCmd(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if *idle < 0 {
-		return fail(stderr, "create: --idle-timeout %s: want a duration of 0 or more", *idle)
+		fmt.Fprintf(stderr, "agentrun: create: --idle-timeout %s: want a duration of 0 or more\n", *idle)
+		return 2
 	}
 	p, err := pf.policy(os.Stdin)
 	if err != nil {
@@ -185,7 +205,7 @@ func dial(ctx context.Context, verb, id string, stderr io.Writer) (*session.Clie
 	c, err := session.Dial(ctx, r.Socket)
 	if err != nil {
 		if !r.Owner.Alive() {
-			_, _ = lifecycle.Sweep(lifecycle.StateDir(os.Geteuid()))
+			_, _ = sweep(lifecycle.StateDir(os.Geteuid()), false)
 			return nil, fail(stderr, "%s: session %q is not running", verb, id)
 		}
 		return nil, fail(stderr, "%s: session %q: %v", verb, id, err)
@@ -292,6 +312,7 @@ func listCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "agentrun: list: --format %q: want table or json\n", *format)
 		return 2
 	}
+	_, _ = sweep(lifecycle.StateDir(os.Geteuid()), true)
 	list, err := agentrun.ListSessions()
 	if err != nil && list == nil {
 		return fail(stderr, "list: %v", err)
@@ -328,7 +349,7 @@ func stateCmd(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	dir := lifecycle.StateDir(os.Geteuid())
-	_, _ = lifecycle.Sweep(dir)
+	_, _ = sweep(dir, false)
 	r, err := lifecycle.Load(dir, id)
 	if errors.Is(err, lifecycle.ErrNotFound) {
 		return fail(stderr, "state: session %q does not exist", id)
@@ -364,6 +385,10 @@ func killCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() < 1 || fs.NArg() > 2 {
 		fmt.Fprintf(stderr, "agentrun: kill: want a session ID and at most one signal\nusage: agentrun %s\n", usage)
+		return 2
+	}
+	if err := lifecycle.ValidID(fs.Arg(0)); err != nil {
+		fmt.Fprintf(stderr, "agentrun: kill: %v\n", err)
 		return 2
 	}
 	sig := int(syscall.SIGTERM)
@@ -411,7 +436,7 @@ func deleteCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if r.State == lifecycle.Stopped {
 		// Its holder is gone: the sweep ends and removes what is left.
-		if _, err := lifecycle.Sweep(dir); err != nil {
+		if _, err := sweep(dir, true); err != nil {
 			return fail(stderr, "delete: %v", err)
 		}
 		return 0
@@ -435,7 +460,7 @@ func deleteCmd(args []string, stdout, stderr io.Writer) int {
 	if err := r.KillOwner(); err != nil {
 		return fail(stderr, "delete: %v", err)
 	}
-	if _, err := lifecycle.Sweep(dir); err != nil {
+	if _, err := sweep(dir, true); err != nil {
 		return fail(stderr, "delete: %v", err)
 	}
 	return 0
