@@ -1107,3 +1107,38 @@ func TestSweepExpress(t *testing.T) {
 		t.Errorf("second sweep: %d, %v; want nothing", n, err)
 	}
 }
+
+// TestOwnerAliveZombie: an owner that exited and waits to be reaped holds
+// nothing; its records are swept at once rather than after its reaper
+// gets round to it. Positive control: the same process before it exits.
+func TestOwnerAliveZombie(t *testing.T) {
+	m := &Manager{}
+	var err error
+	if m.self, err = ownerOf(os.Getpid()); err != nil {
+		t.Fatal(err)
+	}
+	child := exec.Command("sleep", "100")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	o, err := ownerOf(child.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := record{OwnerPID: o.pid, OwnerStart: o.start, OwnerPidNS: o.pidns}
+	if !m.ownerAlive(rec) {
+		t.Fatal("a running owner is taken for dead")
+	}
+	// Killed but not waited for: a zombie until Wait below.
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	defer child.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for m.ownerAlive(rec) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if m.ownerAlive(rec) {
+		t.Error("a zombie owner is taken for alive")
+	}
+}

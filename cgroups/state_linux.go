@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentrun/agentrun/internal/procid"
 	"io/fs"
 	"math"
 	"os"
@@ -274,7 +275,7 @@ func (m *Manager) sweepOne(path string) (bool, error) {
 }
 
 // ownerAlive reports whether the owner pid still runs the same process
-// (same start time). A record from another pid namespace cannot be
+// (same start time, not exited). A record from another pid namespace cannot be
 // judged and counts as alive.
 func (m *Manager) ownerAlive(rec record) bool {
 	if rec.OwnerPidNS != m.self.pidns {
@@ -283,11 +284,9 @@ func (m *Manager) ownerAlive(rec record) bool {
 	if rec.OwnerPID == m.self.pid {
 		return rec.OwnerStart == m.self.start
 	}
-	o, err := ownerOf(rec.OwnerPID)
-	if err != nil {
-		return false // no such process
-	}
-	return o.start == rec.OwnerStart && o.pidns == rec.OwnerPidNS
+	// procid.Alive also takes a zombie for gone: an owner killed with
+	// SIGKILL may wait seconds for its reaper, and holds nothing.
+	return procid.ID{PID: rec.OwnerPID, Start: rec.OwnerStart, PidNS: rec.OwnerPidNS}.Alive()
 }
 
 // validRecord refuses records that would make Sweep kill or remove anything
