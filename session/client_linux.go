@@ -267,6 +267,13 @@ func (c *Client) route(rep *Reply, payload []byte) {
 			return
 		}
 	}
+	switch rep.Type {
+	case TypeOK, TypeError, TypeState, TypePath, TypeExit:
+	default:
+		// A reply type of a later protocol version: not this call's.
+		c.mu.Unlock()
+		return
+	}
 	ch := c.calls[rep.Req]
 	delete(c.calls, rep.Req)
 	c.mu.Unlock()

@@ -78,6 +78,10 @@ type Host struct {
 	conns    int
 	lastUse  time.Time
 	closing  bool
+	ending   bool // over has begun: no new subscriber
+	// delivering counts the subscribers' goroutines, which over waits
+	// for so that the final event reaches them.
+	delivering sync.WaitGroup
 
 	closeOnce sync.Once
 	closeErr  error
@@ -530,17 +534,22 @@ func (p *Proc) finish(delay time.Duration) {
 	for _, f := range p.readers {
 		f.Close()
 	}
+	// Only a process that our SIGKILL ended was timed out or aborted: one
+	// that ended by itself just before keeps its own status.
+	killed := exit.Signal == int(unix.SIGKILL)
 	p.info = ExitInfo{
 		Code: exit.Code, Signal: exit.Signal,
-		Aborted:         p.aborted.Load(),
+		Aborted:         killed && p.aborted.Load(),
 		StdoutTruncated: p.cut[0].Load(), StderrTruncated: p.cut[1].Load(),
 		DurationMS: float64(time.Since(p.start).Microseconds()) / 1000,
 	}
-	if p.timedOut.Load() && !p.info.Aborted {
+	if killed && p.timedOut.Load() && !p.info.Aborted {
 		p.info.TimedOut = true
 		p.info.Code = 124
 	}
 	if err != nil {
+		// The session ended first: no status to report.
+		p.info.Code, p.info.Signal = -1, 0
 		p.info.Error = err.Error()
 	}
 	h := p.h
@@ -646,7 +655,7 @@ func (h *Host) Close() error {
 		h.closing = true
 		h.mu.Unlock()
 		if h.ln != nil {
-			h.ln.close()
+			h.ln.stopAccepting()
 		}
 		h.closeErr = h.sb.Delete()
 		<-h.done
@@ -655,18 +664,33 @@ func (h *Host) Close() error {
 }
 
 // over runs once the sandbox's init is gone, whatever ended it.
+// Subscribers get the final "state" event (up to a second for a slow
+// one) before the connections end and Done is closed.
 func (h *Host) over() {
 	if h.ln != nil {
-		h.ln.close()
+		h.ln.stopAccepting()
 	}
-	close(h.done)
 	h.publish(Event{Kind: "state", Status: "stopped"})
 	h.mu.Lock()
+	h.ending = true
 	for s := range h.subs {
 		s.close()
 	}
 	h.subs = map[*subscriber]struct{}{}
 	h.mu.Unlock()
+	delivered := make(chan struct{})
+	go func() {
+		h.delivering.Wait()
+		close(delivered)
+	}()
+	select {
+	case <-delivered:
+	case <-time.After(time.Second):
+	}
+	if h.ln != nil {
+		h.ln.endConns()
+	}
+	close(h.done)
 }
 
 // violation passes a denied call on to the subscribers.
@@ -732,7 +756,11 @@ func (s *subscriber) next() (evs []Event, ok bool) {
 // ends (after its final "state" event).
 func (h *Host) Subscribe(fn func(Event)) (cancel func()) {
 	s := h.subscribe()
+	if s == nil {
+		return func() {}
+	}
 	go func() {
+		defer h.delivering.Done()
 		for {
 			evs, ok := s.next()
 			if !ok {
@@ -746,15 +774,17 @@ func (h *Host) Subscribe(fn func(Event)) (cancel func()) {
 	return func() { h.unsubscribe(s) }
 }
 
+// subscribe adds a subscriber, counted in delivering; nil once the
+// session ends.
 func (h *Host) subscribe() *subscriber {
-	s := &subscriber{wake: make(chan struct{}, 1)}
 	h.mu.Lock()
-	if h.Alive() {
-		h.subs[s] = struct{}{}
-	} else {
-		s.closed = true
+	defer h.mu.Unlock()
+	if h.ending {
+		return nil
 	}
-	h.mu.Unlock()
+	s := &subscriber{wake: make(chan struct{}, 1)}
+	h.subs[s] = struct{}{}
+	h.delivering.Add(1)
 	return s
 }
 

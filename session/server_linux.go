@@ -24,6 +24,7 @@ import (
 	"github.com/agentrun/agentrun/internal/procid"
 	"github.com/agentrun/agentrun/internal/statedir"
 	"github.com/agentrun/agentrun/lifecycle"
+	"github.com/agentrun/agentrun/nsinit"
 	"golang.org/x/sys/unix"
 )
 
@@ -156,16 +157,21 @@ func (l *listener) publish() error {
 	return nil
 }
 
-// close stops accepting, ends every connection and removes the socket.
+// close stops accepting, removes the socket and ends every connection.
 func (l *listener) close() {
+	l.stopAccepting()
+	l.endConns()
+}
+
+// stopAccepting closes the listening socket and removes its name; the
+// connections stay, for the session's last events.
+func (l *listener) stopAccepting() {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
 		return
 	}
 	l.closed = true
-	conns := l.conns
-	l.conns = nil
 	published := l.published
 	l.mu.Unlock()
 	l.ln.Close()
@@ -174,6 +180,14 @@ func (l *listener) close() {
 	if fi, err := os.Lstat(l.path); err == nil && published != nil && os.SameFile(fi, published) {
 		os.Remove(l.path)
 	}
+}
+
+// endConns ends every connection.
+func (l *listener) endConns() {
+	l.mu.Lock()
+	conns := l.conns
+	l.conns = nil
+	l.mu.Unlock()
 	for c := range conns {
 		c.c.Close()
 	}
@@ -286,9 +300,14 @@ func newConn(h *Host, c *net.UnixConn) *conn {
 type fdReader struct{ cn *conn }
 
 func (f fdReader) Read(b []byte) (int, error) {
-	oob := make([]byte, unix.CmsgSpace(3*4))
-	n, oobn, _, _, err := f.cn.c.ReadMsgUnix(b, oob)
+	oob := make([]byte, unix.CmsgSpace(maxFDs*4))
+	n, oobn, flags, _, err := f.cn.c.ReadMsgUnix(b, oob)
 	n = max(n, 0) // -1 with some errors
+	if flags&unix.MSG_CTRUNC != 0 && err == nil {
+		// The kernel closed descriptors that did not fit: whichever
+		// request they came with cannot be served as sent.
+		err = fmt.Errorf("%w: more than %d descriptors with one message", ErrFraming, maxFDs)
+	}
 	if oobn > 0 {
 		msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
 		for _, m := range msgs {
@@ -309,6 +328,9 @@ func (f fdReader) Read(b []byte) (int, error) {
 	}
 	return n, err
 }
+
+// maxFDs is the most descriptors one message may carry.
+const maxFDs = 16
 
 // fdBatch is the descriptors that one read brought, with the bytes of the
 // stream that it read.
@@ -400,7 +422,7 @@ func (cn *conn) failErr(req uint64, err error) {
 		// The reason alone: the client names the path again.
 		cn.fail(req, KindPolicy, "%s", pe.Reason)
 		return
-	case errors.Is(err, ErrClosed):
+	case errors.Is(err, ErrClosed), errors.Is(err, nsinit.ErrSessionGone):
 		kind = KindUnavailable
 	}
 	cn.fail(req, kind, "%s", err.Error())
@@ -456,9 +478,24 @@ func (cn *conn) run() {
 		h.touch()
 		var req Request
 		if err := decodeStrict(line, &req); err != nil {
-			cn.claim(len(line) + 1)
+			// What framing and reply need is read leniently: a payload
+			// the line announced is skipped, and the req echoed.
+			var peek struct {
+				Req uint64 `json:"req"`
+				Len int    `json:"len"`
+			}
+			_ = json.Unmarshal(line, &peek)
+			size := len(line) + 1
+			if peek.Len != 0 {
+				if _, perr := readPayload(cn.r, peek.Len); perr != nil {
+					cn.fail(peek.Req, KindProtocol, "malformed request: %v; %v", err, perr)
+					return
+				}
+				size += peek.Len
+			}
+			cn.claim(size)
 			cn.release()
-			cn.fail(0, KindProtocol, "malformed request: %v", err)
+			cn.fail(peek.Req, KindProtocol, "malformed request: %v", err)
 			continue
 		}
 		var payload []byte
@@ -566,9 +603,12 @@ func (cn *conn) handle(req *Request, payload []byte) bool {
 		cn.mu.Lock()
 		old := cn.events
 		cn.events = nil
+		// Events queue from here on but go out after the ok.
+		gate := make(chan struct{})
 		if on {
 			id := req.Req
 			cn.events = h.Subscribe(func(e Event) {
+				<-gate
 				_ = cn.send(&Reply{Type: TypeEvent, Req: id, Event: &e}, nil)
 			})
 		}
@@ -576,7 +616,9 @@ func (cn *conn) handle(req *Request, payload []byte) bool {
 		if old != nil {
 			old()
 		}
-		return cn.send(&Reply{Type: TypeOK, Req: req.Req}, nil) == nil
+		err := cn.send(&Reply{Type: TypeOK, Req: req.Req}, nil)
+		close(gate)
+		return err == nil
 	case OpDelete:
 		// The reply comes once everything is gone; this connection is
 		// left open for it, and ends after it. The holder process waits
@@ -724,7 +766,9 @@ func (cn *conn) exec(req *Request) {
 		if s != nil {
 			s.close()
 		}
-		h.proc(p.id, true)
+		if !req.Detach {
+			h.proc(p.id, true)
+		}
 		_ = cn.send(&Reply{Type: TypeExit, Req: req.Req, Proc: p.id, ExitInfo: &info}, nil)
 	}()
 }

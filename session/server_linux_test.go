@@ -364,7 +364,7 @@ func TestProtocolErrors(t *testing.T) {
 		{`[1,2]`, 0, session.KindProtocol},
 		{`{"op":"ping","req":3} {"op":"ping"}`, 0, session.KindProtocol},
 		{`{"op":"frobnicate","req":4}`, 4, session.KindProtocol},
-		{`{"op":"ping","req":5,"bogus":1}`, 0, session.KindProtocol},
+		{`{"op":"ping","req":5,"bogus":1}`, 5, session.KindProtocol},
 		{`{"op":"exec","req":6}`, 6, session.KindProtocol},
 		{`{"op":"exec","req":7,"args":["true"],"shell":"true"}`, 7, session.KindProtocol},
 		{`{"op":"exec","req":8,"args":["true"],"stdout":"fd"}`, 8, session.KindProtocol},
@@ -378,7 +378,7 @@ func TestProtocolErrors(t *testing.T) {
 		{`{"op":"cancel","req":16,"proc":"p999"}`, 16, session.KindNotFound},
 		{`{"op":"kill","req":17,"signal":"NOSUCH"}`, 17, session.KindProtocol},
 		{`{"op":"resolve","req":18,"path":"/etc/shadow"}`, 18, session.KindPolicy},
-		{`{"op":"exec","req":19,"args":"true"}`, 0, session.KindProtocol},
+		{`{"op":"exec","req":19,"args":"true"}`, 19, session.KindProtocol},
 	} {
 		c.send(tc.line)
 		if rep := c.want(session.TypeError, tc.req, tc.kind); rep.Message == "" {
@@ -394,6 +394,13 @@ func TestProtocolErrors(t *testing.T) {
 	c.want(session.TypeError, 20, session.KindNotFound)
 	c.send(`{"op":"ping","req":21}`)
 	c.want(session.TypeOK, 21, "")
+	// So does a malformed request that announces one.
+	if _, err := c.c.Write([]byte(`{"op":"input","req":22,"proc":"p999","len":6,"bogus":1}` + "\n{\"op\"\n")); err != nil {
+		t.Fatal(err)
+	}
+	c.want(session.TypeError, 22, session.KindProtocol)
+	c.send(`{"op":"ping","req":23}`)
+	c.want(session.TypeOK, 23, "")
 
 	// The connection still runs execs, and a descriptor still goes to
 	// the exec that declares it after one that declared one in vain.
@@ -875,4 +882,49 @@ func TestEventsOverProtocol(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	c.send(`{"op":"ping","req":11}`)
 	c.want(session.TypeOK, 11, "")
+}
+
+// TestSessionEndEvent: a subscriber on another connection gets the final
+// "state" event when the session is deleted, before its connection ends.
+func TestSessionEndEvent(t *testing.T) {
+	s := listening(t, "endevent")
+	sub := dialRaw(t, s.Socket())
+	sub.send(`{"op":"events","req":1}`)
+	sub.want(session.TypeOK, 1, "")
+	c := dialRaw(t, s.Socket())
+	c.send(`{"op":"delete","req":2}`)
+	c.want(session.TypeOK, 2, "")
+	rep := sub.want(session.TypeEvent, 1, "")
+	if rep.Event == nil || rep.Event.Kind != "state" || rep.Event.Status != "stopped" {
+		t.Errorf("the last event: %+v", rep.Event)
+	}
+	if !sub.ended() {
+		t.Error("the subscriber's connection goes on after the session ended")
+	}
+}
+
+// TestDetachedExitKept: the end of a detached exec is kept for a wait
+// from another connection after its own connection is gone; a tied
+// exec's is not.
+func TestDetachedExitKept(t *testing.T) {
+	s := listening(t, "detachkept")
+	a := dialRaw(t, s.Socket())
+	a.send(`{"op":"exec","req":1,"args":["sh","-c","exit 5"],"stdout":"null","stderr":"null","detach":true}`)
+	proc := a.want(session.TypeStarted, 1, "").Proc
+	a.want(session.TypeExit, 1, "")
+	a.c.Close()
+	b := dialRaw(t, s.Socket())
+	b.send(fmt.Sprintf(`{"op":"wait","req":2,"proc":%q}`, proc))
+	if rep := b.want(session.TypeExit, 2, ""); rep.ExitInfo == nil || rep.Code != 5 {
+		t.Errorf("wait for the detached exec: %+v", rep.ExitInfo)
+	}
+	// Taken once: a second wait finds nothing.
+	b.send(fmt.Sprintf(`{"op":"wait","req":3,"proc":%q}`, proc))
+	b.want(session.TypeError, 3, session.KindNotFound)
+	// Control: a tied exec's end goes to its connection alone.
+	b.send(`{"op":"exec","req":4,"args":["true"],"stdout":"null","stderr":"null"}`)
+	tied := b.want(session.TypeStarted, 4, "").Proc
+	b.want(session.TypeExit, 4, "")
+	b.send(fmt.Sprintf(`{"op":"wait","req":5,"proc":%q}`, tied))
+	b.want(session.TypeError, 5, session.KindNotFound)
 }
