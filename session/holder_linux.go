@@ -26,6 +26,13 @@ type HolderConfig struct {
 	IdleTimeoutMS int64 `json:"idle_timeout_ms,omitempty"`
 }
 
+// Ack is the byte that acknowledges the ready line; ackTimeout is how
+// long the holder waits for it.
+const (
+	Ack        = 'k'
+	ackTimeout = 10 * time.Second
+)
+
 // Ready is the holder's one line on its ready descriptor: the session
 // runs (Socket, Pid), or Error says why it could not be made.
 type Ready struct {
@@ -40,10 +47,12 @@ type Ready struct {
 // RunHolder is the life of a process that holds a persistent session: it
 // reads a HolderConfig from in, opens the session, says so on ready and
 // serves it until it is deleted, idles out, its init dies or the holder
-// gets SIGTERM or SIGINT. If ready cannot be written (whoever asked for
-// the session is gone, killed during its create), the session is deleted
-// at once: a session nobody was told of is not left behind. It returns
-// the process's exit status.
+// gets SIGTERM or SIGINT. ready is a stream socket: once the session
+// runs, the holder writes the line and waits for one byte back (Ack). If
+// the line cannot be written or no byte comes (whoever asked for the
+// session is gone, killed during its create), the session is deleted at
+// once: a session nobody was told of is not left behind. It returns the
+// process's exit status.
 func RunHolder(in io.Reader, ready *os.File, warn func(string), usernsBlocker func(error) string) int {
 	// Signals are taken over first: a TERM during the build ends it
 	// cleanly instead of killing the holder with its init half made.
@@ -53,6 +62,13 @@ func RunHolder(in io.Reader, ready *os.File, warn func(string), usernsBlocker fu
 	say := func(r Ready) bool {
 		b, _ := json.Marshal(r)
 		_, err := ready.Write(append(b, '\n'))
+		if err == nil && r.OK {
+			var ack [1]byte
+			_ = ready.SetReadDeadline(time.Now().Add(ackTimeout))
+			if n, rerr := ready.Read(ack[:]); n != 1 || rerr != nil || ack[0] != Ack {
+				err = fmt.Errorf("no acknowledgement: %v", rerr)
+			}
+		}
 		ready.Close()
 		return err == nil
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/agentrun/agentrun/nsinit"
 	"github.com/agentrun/agentrun/seccomp"
 	"github.com/agentrun/agentrun/session"
+	"golang.org/x/sys/unix"
 )
 
 // helperEnv makes the test binary a helper process: "dial PATH" connects
@@ -43,6 +44,10 @@ func helper(args []string) int {
 	if len(args) == 2 && args[0] == "dial" {
 		fmt.Println(dialOutcome(args[1]))
 		return 0
+	}
+	if len(args) == 1 && args[0] == "holder" {
+		_ = unix.SetNonblock(3, true)
+		return session.RunHolder(os.Stdin, os.NewFile(3, "ready"), nil, nil)
 	}
 	fmt.Println("unknown helper", args)
 	return 2

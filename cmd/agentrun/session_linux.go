@@ -25,6 +25,7 @@ import (
 	"github.com/agentrun/agentrun/nsinit"
 	"github.com/agentrun/agentrun/probe"
 	"github.com/agentrun/agentrun/session"
+	"golang.org/x/sys/unix"
 )
 
 // holderVerb is the hidden command under which the CLI re-executes itself
@@ -44,6 +45,9 @@ var sessionVerbs = map[string]func(args []string, stdout, stderr io.Writer) int{
 	"kill":   killCmd,
 	"delete": deleteCmd,
 	holderVerb: func([]string, io.Writer, io.Writer) int {
+		// Non-blocking, so that the wait for the acknowledgement can time
+		// out (os.NewFile polls only such descriptors).
+		_ = unix.SetNonblock(3, true)
 		return session.RunHolder(os.Stdin, os.NewFile(3, "ready"), nil, probe.UsernsBlockerFor)
 	},
 }
@@ -145,17 +149,19 @@ func createCmd(args []string, stdout, stderr io.Writer) int {
 }
 
 // startHolder starts this binary as the session's holder, detached (a
-// session of its own, cwd /), and reads its ready line. The holder deletes
-// the session itself if this process dies before it reads the line.
+// session of its own, cwd /), reads its ready line and acknowledges it.
+// The holder deletes the session itself if this process dies before the
+// acknowledgement.
 func startHolder(cfg []byte) (session.Ready, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return session.Ready{}, err
 	}
-	rd, wr, err := os.Pipe()
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return session.Ready{}, err
+		return session.Ready{}, fmt.Errorf("socketpair: %w", err)
 	}
+	rd, wr := os.NewFile(uintptr(pair[0]), "ready"), os.NewFile(uintptr(pair[1]), "ready-holder")
 	defer rd.Close()
 	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
@@ -183,6 +189,11 @@ func startHolder(cfg []byte) (session.Ready, error) {
 	var r session.Ready
 	if err := json.Unmarshal(line, &r); err != nil {
 		return session.Ready{}, fmt.Errorf("the session holder said %q", line)
+	}
+	if r.OK {
+		if _, err := rd.Write([]byte{session.Ack}); err != nil {
+			return session.Ready{}, fmt.Errorf("acknowledge the session holder: %w", err)
+		}
 	}
 	return r, nil
 }
