@@ -56,7 +56,15 @@ type ExecRequest struct {
 	// ended, for background children that keep it open (0: 250ms;
 	// negative: no bound).
 	WaitDelay time.Duration
+	// TTY runs the command on a terminal of the sandbox's own, of this
+	// size, as its controlling terminal: job control works, and Stdout
+	// gets everything it writes (Stderr stays nil). Process.Resize
+	// changes the size.
+	TTY *Winsize
 }
+
+// Winsize is a terminal's size in characters.
+type Winsize struct{ Rows, Cols uint16 }
 
 // ExecResult is how a command in a session ended. A non-zero exit is a
 // result, not an error.

@@ -60,6 +60,7 @@ type proc interface {
 	Done() <-chan struct{}
 	Wait() session.ExitInfo
 	Signal(sig syscall.Signal, group bool) error
+	Resize(session.Winsize) error
 	Cancel()
 }
 
@@ -245,7 +246,7 @@ func (s *Session) Exec(ctx context.Context, r ExecRequest) (*ExecResult, error) 
 		out = &capBuffer{}
 		r.Stdout = out
 	}
-	if r.Stderr == nil {
+	if r.Stderr == nil && r.TTY == nil {
 		errb = &capBuffer{}
 		r.Stderr = errb
 	}
@@ -291,11 +292,15 @@ func (c *capBuffer) Bytes() []byte {
 }
 
 func sessionRequest(r *ExecRequest) session.ExecRequest {
-	return session.ExecRequest{
+	sr := session.ExecRequest{
 		Args: r.Args, Shell: r.Shell, Cwd: r.Cwd, Env: r.Env, ReplaceEnv: r.ReplaceEnv,
 		Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr,
 		Timeout: r.Timeout, MaxOutput: r.MaxOutput, WaitDelay: r.WaitDelay,
 	}
+	if r.TTY != nil {
+		sr.TTY = &session.Winsize{Rows: r.TTY.Rows, Cols: r.TTY.Cols}
+	}
+	return sr
 }
 
 func execResult(info session.ExitInfo) *ExecResult {
@@ -367,7 +372,7 @@ func (s *Session) StartProcess(ctx context.Context, r ExecRequest) (_ *Process, 
 		r.Stdout, pr.stdout = wf, rf
 		pr.childEnds, pr.parentEnds = append(pr.childEnds, wf), append(pr.parentEnds, rf)
 	}
-	if r.Stderr == nil {
+	if r.Stderr == nil && r.TTY == nil {
 		rf, wf, err := pipe()
 		if err != nil {
 			return nil, err
@@ -375,11 +380,35 @@ func (s *Session) StartProcess(ctx context.Context, r ExecRequest) (_ *Process, 
 		r.Stderr, pr.stderr = wf, rf
 		pr.childEnds, pr.parentEnds = append(pr.childEnds, wf), append(pr.parentEnds, rf)
 	}
+	var ends []*os.File
+	if r.TTY != nil {
+		// The session copies between these pipes and the terminal, so
+		// they are kept open until the process has ended and its output
+		// is through: then the caller's Stdout reads its end.
+		if f, ok := r.Stdin.(*os.File); ok {
+			r.Stdin = struct{ io.Reader }{f}
+		}
+		if f, ok := r.Stdout.(*os.File); ok {
+			r.Stdout = struct{ io.Writer }{f}
+		}
+		ends, pr.childEnds = pr.childEnds, nil
+	}
 	p, err := s.b.exec(ctx, sessionRequest(&r))
 	if err != nil {
+		for _, f := range ends {
+			f.Close()
+		}
 		return nil, s.execErr(err)
 	}
 	pr.p = p
+	if len(ends) > 0 {
+		go func() {
+			<-p.Done()
+			for _, f := range ends {
+				f.Close()
+			}
+		}()
+	}
 	return pr, nil
 }
 
@@ -400,6 +429,11 @@ func (p *Process) Stderr() io.ReadCloser { return p.stderr }
 
 // Signal sends sig to the process; os.ErrProcessDone once it has ended.
 func (p *Process) Signal(sig syscall.Signal) error { return p.p.Signal(sig, false) }
+
+// Resize sets the size of the process's terminal (ExecRequest.TTY).
+func (p *Process) Resize(ws Winsize) error {
+	return p.p.Resize(session.Winsize{Rows: ws.Rows, Cols: ws.Cols})
+}
 
 // SignalGroup sends sig to the process's group.
 func (p *Process) SignalGroup(sig syscall.Signal) error { return p.p.Signal(sig, true) }

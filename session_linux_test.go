@@ -407,3 +407,72 @@ func exists(p string) bool {
 	_, err := os.Lstat(p)
 	return err == nil
 }
+
+// TestSessionTTY: a command on a terminal, in this process and through an
+// attached session: a real tty in the foreground of its own session, of
+// the size asked for and resized; input, and Ctrl-C from the terminal.
+func TestSessionTTY(t *testing.T) {
+	name := fmt.Sprintf("tty%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)
+	s := newTestSession(t, &Policy{}, SessionOptions{Name: name})
+	a, err := AttachSession(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Detach()
+	for _, c := range []struct {
+		what string
+		s    *Session
+	}{{"local", s}, {"attached", a}} {
+		t.Run(c.what, func(t *testing.T) {
+			res := mustExec(t, c.s, ExecRequest{Shell: "tty; stty size; ps -o stat= -p $$", TTY: &Winsize{Rows: 30, Cols: 90}})
+			out := strings.Fields(string(res.Stdout))
+			if res.ExitCode != 0 || len(out) != 4 || !strings.HasPrefix(out[0], "/dev/pts/") || out[1] != "30" || out[2] != "90" ||
+				!strings.Contains(out[3], "s") || !strings.Contains(out[3], "+") || len(res.Stderr) != 0 {
+				t.Errorf("on a terminal: %+v %q", res, res.Stdout)
+			}
+
+			p, err := c.s.StartProcess(context.Background(), ExecRequest{Shell: "read x; echo got:$x; stty size", TTY: &Winsize{Rows: 10, Cols: 20}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Stderr() != nil {
+				t.Error("a process on a terminal has a stderr pipe")
+			}
+			if err := p.Resize(Winsize{Rows: 40, Cols: 100}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.WriteString(p.Stdin(), "hello\n"); err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(p.Stdout())
+			if got := strings.ReplaceAll(string(b), "\r\n", "\n"); !strings.Contains(got, "got:hello\n") || !strings.Contains(got, "40 100\n") {
+				t.Errorf("input and resize: %q", got)
+			}
+			if res, err := p.Wait(); err != nil || res.ExitCode != 0 {
+				t.Errorf("the process on a terminal: %+v %v", res, err)
+			}
+			p.Close()
+
+			// Ctrl-C reaches the foreground process group through the
+			// terminal's line discipline.
+			p, err = c.s.StartProcess(context.Background(), ExecRequest{Args: []string{"sleep", "1008"}, TTY: &Winsize{Rows: 24, Cols: 80}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			go io.Copy(io.Discard, p.Stdout())
+			time.Sleep(100 * time.Millisecond)
+			if _, err := io.WriteString(p.Stdin(), "\x03"); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-p.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("Ctrl-C on the terminal did not end sleep")
+			}
+			if res, _ := p.Wait(); res.Signal != int(syscall.SIGINT) {
+				t.Errorf("after Ctrl-C: %+v", res)
+			}
+			p.Close()
+		})
+	}
+}

@@ -64,3 +64,5 @@ func NewPool(context.Context, *Policy, PoolOptions) (*Pool, error) { return nil,
 
 func (*Pool) Take(context.Context) (*Session, error) { return nil, ErrUnsupported }
 func (*Pool) Close() error                           { return nil }
+
+func (*Process) Resize(Winsize) error { return ErrUnsupported }

@@ -1330,3 +1330,51 @@ func socketName(id string) string {
 	sum := sha256.Sum256([]byte(id))
 	return hex.EncodeToString(sum[:12]) + ".sock"
 }
+
+// TestSessionExecTTY: exec -t runs the command on a terminal of the
+// sandbox's own, at the caller's terminal's size, in the foreground of its
+// session (Ctrl-C through such a terminal: TestSessionTTY of the Go API,
+// over the same socket). Without a terminal on stdin, -t is refused in
+// one line.
+func TestSessionExecTTY(t *testing.T) {
+	script, err := exec.LookPath("script")
+	if err != nil {
+		t.Skipf("needs util-linux's script for a terminal: %v", err)
+	}
+	s := newSession(t, sessOpts{})
+	inTerminal := func(line string) runResult {
+		t.Helper()
+		cmd := exec.Command(script, "-qec", line, "/dev/null")
+		cmd.Env = append(os.Environ(), s.env...)
+		cmd.SysProcAttr = s.as
+		// script's stdin stays open and silent: at its end script would
+		// type a NUL into the terminal, which echoes it as "^@".
+		in, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer in.Close()
+		defer w.Close()
+		cmd.Stdin = in
+		var out, errb syncBuf
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err = cmd.Run()
+		return runResult{code: exitCode(cmd, err), stdout: strings.ReplaceAll(out.String(), "\r\n", "\n"), stderr: errb.String()}
+	}
+	r := inTerminal("stty rows 33 cols 77; " + agentrunBin + " exec -t " + s.id + " -- sh -c 'tty; stty size; ps -o stat= -p $$'")
+	f := strings.Fields(r.stdout)
+	if r.code != 0 || len(f) < 4 || !strings.HasPrefix(f[0], "/dev/pts/") || f[1] != "33" || f[2] != "77" || !strings.Contains(f[3], "+") {
+		t.Errorf("exec -t: want a /dev/pts terminal of 33x77 in the foreground, got %q:\n%s", r.stdout, r)
+	}
+	// Positive control: without -t, no terminal.
+	if r := s.exec(t, nil, "tty"); r.code == 0 {
+		t.Errorf("exec without -t has a terminal:\n%s", r)
+	}
+	r = s.exec(t, []string{"-t"}, "tty")
+	if r.code != 125 || !strings.Contains(r.stderr, "not a terminal") {
+		t.Errorf("exec -t without a terminal: want 125 and one line, got:\n%s", r)
+	}
+	r = s.exec(t, []string{"-t", "-d"}, "true")
+	mustExit(t, r, 2, "exec -t -d")
+	s.mustServe(t, "after exec -t")
+}

@@ -219,6 +219,8 @@ func (s *server) route(r report) {
 			c.child.pid = r.Pid
 			pidfd := &r.fd
 			if r.TTY != 0 && r.fd >= 0 {
+				// Non-blocking, so that the File polls and takes deadlines.
+				_ = unix.SetNonblock(r.fd, true)
 				c.child.tty = os.NewFile(uintptr(r.fd), "pty-master")
 				r.fd, pidfd = -1, &r.fd2
 			}

@@ -349,6 +349,12 @@ func (p *RemoteProc) Signal(sig syscall.Signal, group bool) error {
 	return err
 }
 
+// Resize sets the size of the process's terminal.
+func (p *RemoteProc) Resize(ws Winsize) error {
+	_, err := p.c.call(context.Background(), &Request{Op: OpResize, Proc: p.id, Rows: ws.Rows, Cols: ws.Cols})
+	return err
+}
+
 // Cancel kills the process's group; its end says aborted.
 func (p *RemoteProc) Cancel() {
 	_, _ = p.c.call(context.Background(), &Request{Op: OpCancel, Proc: p.id})
@@ -360,7 +366,17 @@ func (p *RemoteProc) Cancel() {
 func (c *Client) Exec(ctx context.Context, r ExecRequest) (*RemoteProc, error) {
 	req := &Request{
 		Op: OpExec, Args: r.Args, Shell: r.Shell, Cwd: r.Cwd, Env: r.Env, ReplaceEnv: r.ReplaceEnv,
-		TimeoutMS: r.Timeout.Milliseconds(), MaxOutputBytes: r.MaxOutput, Detach: r.Detach,
+		TimeoutMS: r.Timeout.Milliseconds(), MaxOutputBytes: r.MaxOutput, Detach: r.Detach, TTY: r.TTY,
+	}
+	if r.TTY != nil {
+		// A terminal's stdio goes through the connection: the server
+		// feeds the terminal, never a descriptor.
+		if f, ok := r.Stdin.(*os.File); ok {
+			r.Stdin = struct{ io.Reader }{f}
+		}
+		if f, ok := r.Stdout.(*os.File); ok {
+			r.Stdout = struct{ io.Writer }{f}
+		}
 	}
 	if r.Timeout > 0 && req.TimeoutMS == 0 {
 		req.TimeoutMS = 1

@@ -216,6 +216,10 @@ type ExecRequest struct {
 	// Detach keeps the process's end for a later Wait by its ID when the
 	// caller does not wait for it (protocol clients that go away).
 	Detach bool
+	// TTY runs the process on a terminal of the sandbox's own, of this
+	// size: Stdin feeds it (its end is sent as ^D), Stdout receives all
+	// its output, and neither may be an *os.File; Stderr must be nil.
+	TTY *Winsize
 }
 
 // argv is the command the request runs.
@@ -271,6 +275,7 @@ type Proc struct {
 	cut               [2]atomic.Bool // stdout, stderr truncated
 	copies            sync.WaitGroup
 	readers           []*os.File
+	tty               *os.File // the terminal's master (ExecRequest.TTY)
 	stops             []func() bool
 
 	done chan struct{}
@@ -296,6 +301,24 @@ func (p *Proc) Wait() ExitInfo {
 // not been reaped; afterwards it returns os.ErrProcessDone.
 func (p *Proc) Signal(sig syscall.Signal, group bool) error {
 	return p.child.Signal(sig, group)
+}
+
+// Resize sets the size of the process's terminal (ExecRequest.TTY).
+func (p *Proc) Resize(ws Winsize) error {
+	if p.tty == nil {
+		return &Error{Kind: KindProtocol, Message: "resize: process " + p.id + " has no terminal"}
+	}
+	rc, err := p.tty.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ierr error
+	if err := rc.Control(func(fd uintptr) {
+		ierr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: ws.Rows, Col: ws.Cols})
+	}); err != nil {
+		return err
+	}
+	return ierr
 }
 
 // Cancel kills the process's group and marks its end as aborted.
@@ -346,6 +369,9 @@ func (h *Host) Exec(ctx context.Context, r ExecRequest) (_ *Proc, err error) {
 	h.mu.Unlock()
 
 	x := nsinit.ExecSpec{Args: argv, Env: env, Cwd: cwd}
+	if r.TTY != nil {
+		return h.execTTY(ctx, p, r, x)
+	}
 	var childEnds []*os.File
 	defer func() {
 		for _, f := range childEnds {
@@ -403,16 +429,28 @@ func (h *Host) Exec(ctx context.Context, r ExecRequest) (_ *Proc, err error) {
 	p.start = time.Now()
 	c, err := h.sb.Exec(x)
 	if err != nil {
-		var ee *nsinit.ExecError
-		if errors.As(err, &ee) {
-			return nil, &Error{Kind: KindRuntime, Message: ee.Error()}
-		}
-		if errors.Is(err, nsinit.ErrSessionGone) {
-			return nil, ErrClosed
-		}
-		return nil, err
+		return nil, execErr(err)
 	}
 	p.child = c
+	h.started(ctx, p, &r)
+	return p, nil
+}
+
+// execErr turns nsinit's failure to start an exec into the session's.
+func execErr(err error) error {
+	var ee *nsinit.ExecError
+	if errors.As(err, &ee) {
+		return &Error{Kind: KindRuntime, Message: ee.Error()}
+	}
+	if errors.Is(err, nsinit.ErrSessionGone) {
+		return ErrClosed
+	}
+	return err
+}
+
+// started arms a running process's timeout and cancellation, registers it
+// and waits for its end in the background.
+func (h *Host) started(ctx context.Context, p *Proc, r *ExecRequest) {
 	if r.Timeout > 0 {
 		t := time.AfterFunc(r.Timeout, p.timeout)
 		p.stops = append(p.stops, t.Stop)
@@ -428,6 +466,43 @@ func (h *Host) Exec(ctx context.Context, r ExecRequest) (_ *Proc, err error) {
 		delay = DefaultWaitDelay
 	}
 	go p.finish(delay)
+}
+
+// execTTY starts a process on a terminal (ExecRequest.TTY).
+func (h *Host) execTTY(ctx context.Context, p *Proc, r ExecRequest, x nsinit.ExecSpec) (*Proc, error) {
+	_, inFile := r.Stdin.(*os.File)
+	_, outFile := r.Stdout.(*os.File)
+	switch {
+	case inFile || outFile:
+		return nil, &Error{Kind: KindProtocol, Message: "exec: a terminal is the whole stdio: no descriptor with it"}
+	case r.Stderr != nil:
+		return nil, &Error{Kind: KindProtocol, Message: "exec: a terminal has one output stream: no stderr with it"}
+	}
+	x.TTY = &nsinit.Winsize{Rows: r.TTY.Rows, Cols: r.TTY.Cols}
+	p.start = time.Now()
+	c, err := h.sb.Exec(x)
+	if err != nil {
+		return nil, execErr(err)
+	}
+	p.child = c
+	m := c.TTY()
+	p.tty = m
+	p.readers = append(p.readers, m)
+	out := r.Stdout
+	if out == nil {
+		// Read all the same: a terminal nobody reads stalls its writer.
+		out = io.Discard
+	}
+	p.copies.Add(1)
+	go p.copy(m, out, r.MaxOutput, &p.cut[0])
+	if in := r.Stdin; in != nil {
+		go func() {
+			if _, err := io.Copy(m, in); err == nil {
+				_, _ = m.Write([]byte{4}) // ^D: end of input for the terminal's reader
+			}
+		}()
+	}
+	h.started(ctx, p, &r)
 	return p, nil
 }
 

@@ -37,6 +37,7 @@ const (
 	OpEvents  = "events"
 	OpDelete  = "delete"
 	OpPing    = "ping"
+	OpResize  = "resize"
 )
 
 // Reply types.
@@ -88,6 +89,13 @@ type Request struct {
 	MaxOutputBytes int64    `json:"max_output_bytes,omitempty"`
 	WaitDelayMS    *int64   `json:"wait_delay_ms,omitempty"`
 	Detach         bool     `json:"detach,omitempty"`
+	// TTY runs the process on a terminal of this size: stdin and stdout
+	// are null or pipe, and stderr is null.
+	TTY *Winsize `json:"tty,omitempty"`
+
+	// resize
+	Rows uint16 `json:"rows,omitempty"`
+	Cols uint16 `json:"cols,omitempty"`
 
 	// input, signal, cancel, wait
 	Proc string `json:"proc,omitempty"`
@@ -190,6 +198,12 @@ type Event struct {
 	Exit *ExitInfo `json:"exit,omitempty"`
 	// state
 	Status string `json:"status,omitempty"`
+}
+
+// Winsize is a terminal's size.
+type Winsize struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
 }
 
 // Error is an error reply, as an error value.

@@ -464,7 +464,7 @@ func (cn *conn) run() {
 		h.mu.Unlock()
 	}()
 	if err := cn.send(&Reply{Type: TypeHello, Protocol: Protocol, ID: h.cfg.ID, Pid: h.sb.Pid(),
-		Features: []string{"fds", "pipes", "events", "resolve"}}, nil); err != nil {
+		Features: []string{"fds", "pipes", "events", "resolve", "tty"}}, nil); err != nil {
 		return
 	}
 	for {
@@ -637,6 +637,17 @@ func (cn *conn) handle(req *Request, payload []byte) bool {
 			_ = cn.send(&Reply{Type: TypeOK, Req: req.Req}, nil)
 		}
 		return false
+	case OpResize:
+		p := h.proc(req.Proc, false)
+		if p == nil {
+			cn.fail(req.Req, KindNotFound, "resize: no process %q", req.Proc)
+			return true
+		}
+		if err := p.Resize(Winsize{Rows: req.Rows, Cols: req.Cols}); err != nil {
+			cn.failErr(req.Req, err)
+			return true
+		}
+		return cn.send(&Reply{Type: TypeOK, Req: req.Req}, nil) == nil
 	case OpPing:
 		return cn.send(&Reply{Type: TypeOK, Req: req.Req}, nil) == nil
 	default:
@@ -651,6 +662,12 @@ func (cn *conn) exec(req *Request) {
 	r := ExecRequest{
 		Args: req.Args, Shell: req.Shell, Cwd: req.Cwd, Env: req.Env, ReplaceEnv: req.ReplaceEnv,
 		Timeout: time.Duration(req.TimeoutMS) * time.Millisecond, MaxOutput: req.MaxOutputBytes, Detach: req.Detach,
+		TTY: req.TTY,
+	}
+	stderrMode := req.Stderr
+	if req.TTY != nil && stderrMode == "" {
+		// A terminal has one output stream, "stdout".
+		stderrMode = StdioNull
 	}
 	if req.WaitDelayMS != nil {
 		r.WaitDelay = time.Duration(*req.WaitDelayMS) * time.Millisecond
@@ -675,6 +692,12 @@ func (cn *conn) exec(req *Request) {
 	}
 	gate := make(chan struct{})
 	var stdin *stdinPipe
+	var ttyIn *os.File
+	defer func() {
+		if ttyIn != nil {
+			ttyIn.Close()
+		}
+	}()
 	var err error
 	switch req.Stdin {
 	case "", StdioNull:
@@ -686,13 +709,20 @@ func (cn *conn) exec(req *Request) {
 	case StdioPipe:
 		var pr *os.File
 		if pr, stdin, err = newStdinPipe(); err == nil {
-			taken = append(taken, pr)
 			r.Stdin = pr
+			if req.TTY != nil {
+				// Fed to the terminal by the Host, not given to the
+				// process: it is read until the process has ended.
+				r.Stdin = struct{ io.Reader }{pr}
+				ttyIn = pr
+			} else {
+				taken = append(taken, pr)
+			}
 		}
 	default:
 		err = &Error{Kind: KindProtocol, Message: fmt.Sprintf("exec: stdin %q: want null, pipe or fd", req.Stdin)}
 	}
-	for i, mode := range []string{req.Stdout, req.Stderr} {
+	for i, mode := range []string{req.Stdout, stderrMode} {
 		if err != nil {
 			break
 		}
@@ -745,6 +775,13 @@ func (cn *conn) exec(req *Request) {
 		if d, ok := w.(*dataWriter); ok {
 			d.proc = p.id
 		}
+	}
+	if in := ttyIn; in != nil {
+		ttyIn = nil
+		go func() {
+			<-p.Done()
+			in.Close()
+		}()
 	}
 	cn.mu.Lock()
 	if !req.Detach {

@@ -225,9 +225,10 @@ func dial(ctx context.Context, verb, id string, stderr io.Writer) (*session.Clie
 }
 
 func execCmd(args []string, stdout, stderr io.Writer) int {
-	const usage = "exec [-d] [--cwd DIR] [--env K=V] [--timeout D] ID -- CMD [ARG...]"
+	const usage = "exec [-d] [-t] [--cwd DIR] [--env K=V] [--timeout D] ID -- CMD [ARG...]"
 	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
 	detach := fs.Bool("d", false, "detach: start the command and return; its stdio is /dev/null")
+	tty := fs.Bool("t", false, "run the command on a terminal of the sandbox's own, as its controlling terminal (job control, Ctrl-C, window size); stdin must be a terminal")
 	cwd := fs.String("cwd", "", "working directory (default: the session's)")
 	var env listFlag
 	fs.Var(&env, "env", "set K=V in the command's environment (repeatable)")
@@ -254,6 +255,18 @@ func execCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "agentrun: exec: --timeout %s: want a positive duration\n", *timeout)
 		return 2
 	}
+	if *tty && *detach {
+		fmt.Fprintln(stderr, "agentrun: exec: -t and -d do not go together: a detached command has no terminal to talk to")
+		return 2
+	}
+	var term *terminal
+	if *tty {
+		var err error
+		if term, err = openTerminal(); err != nil {
+			return fail(stderr, "exec -t: %v", err)
+		}
+		defer term.restore()
+	}
 	ctx := context.Background()
 	c, code := dial(ctx, "exec", id, stderr)
 	if c == nil {
@@ -261,9 +274,15 @@ func execCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	defer c.Close()
 	r := session.ExecRequest{Args: argv, Cwd: *cwd, Env: env, Timeout: *timeout}
-	if *detach {
+	switch {
+	case *detach:
 		r.Detach = true
-	} else {
+	case term != nil:
+		// Keys, Ctrl-C included, go to the terminal as bytes; its line
+		// discipline signals the command's foreground group.
+		r.Stdin, r.Stdout = os.Stdin, os.Stdout
+		r.TTY = term.size()
+	default:
 		r.Stdin, r.Stdout, r.Stderr = os.Stdin, os.Stdout, os.Stderr
 	}
 	// Signals are taken before the start, so that none is lost; they go
@@ -272,8 +291,16 @@ func execCmd(args []string, stdout, stderr io.Writer) int {
 	if !*detach {
 		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	}
+	winch := make(chan os.Signal, 1)
+	if term != nil {
+		signal.Notify(winch, syscall.SIGWINCH)
+		if err := term.raw(); err != nil {
+			return fail(stderr, "exec -t: %v", err)
+		}
+	}
 	p, err := c.Exec(ctx, r)
 	if err != nil {
+		term.restore()
 		return fail(stderr, "exec: %v", err)
 	}
 	if *detach {
@@ -281,10 +308,15 @@ func execCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	for {
 		select {
+		case <-winch:
+			if ws := term.size(); ws != nil {
+				_ = p.Resize(*ws)
+			}
 		case s := <-sigs:
 			_ = p.Signal(s.(syscall.Signal), true)
 		case <-p.Done():
 			info := p.Wait()
+			term.restore()
 			if info.Error != "" {
 				return fail(stderr, "exec: %s", info.Error)
 			}
