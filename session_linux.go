@@ -49,6 +49,8 @@ type backend interface {
 	subscribe(fn func(session.Event)) (cancel func(), err error)
 	state(ctx context.Context) (session.StateInfo, error)
 	done() <-chan struct{}
+	// failed says the session ended without a Close.
+	failed() bool
 	delete() error
 	detach() error
 }
@@ -173,6 +175,11 @@ func attach(ctx context.Context, name, socket string) (*Session, error) {
 		c.Close()
 		return nil, err
 	}
+	// Subscribed, so that the session's end, and how it ended, is seen.
+	if err := c.Subscribe(ctx, func(session.Event) {}); err != nil {
+		c.Close()
+		return nil, err
+	}
 	return &Session{name: name, cwd: st.Cwd, b: remoteBackend{c}}, nil
 }
 
@@ -231,6 +238,9 @@ func (s *Session) Alive() bool {
 // State is where the session is in its life.
 func (s *Session) State() SessionState {
 	if !s.Alive() {
+		if s.b.failed() {
+			return SessionFailed
+		}
 		return SessionStopped
 	}
 	return SessionRunning
@@ -540,6 +550,7 @@ func (l localBackend) subscribe(fn func(session.Event)) (func(), error) {
 }
 func (l localBackend) state(context.Context) (session.StateInfo, error) { return l.h.State(), nil }
 func (l localBackend) done() <-chan struct{}                            { return l.h.Done() }
+func (l localBackend) failed() bool                                     { return l.h.Failed() }
 func (l localBackend) delete() error                                    { return l.h.Close() }
 func (l localBackend) detach() error                                    { return l.h.Close() }
 
@@ -561,6 +572,9 @@ func (r remoteBackend) subscribe(fn func(session.Event)) (func(), error) {
 }
 func (r remoteBackend) state(ctx context.Context) (session.StateInfo, error) { return r.c.State(ctx) }
 func (r remoteBackend) done() <-chan struct{}                                { return r.c.Done() }
+
+// failed is the session\'s "state" event as this connection saw it.
+func (r remoteBackend) failed() bool { return r.c.EndStatus() == "failed" }
 func (r remoteBackend) delete() error {
 	err := r.c.Delete(context.Background())
 	r.c.Close()

@@ -476,3 +476,35 @@ func TestSessionTTY(t *testing.T) {
 		})
 	}
 }
+
+// TestSessionFailed: a session whose init dies without a Close is failed,
+// in this process and to an attached handle; one closed is stopped.
+func TestSessionFailed(t *testing.T) {
+	name := fmt.Sprintf("fail%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)
+	s := newTestSession(t, &Policy{}, SessionOptions{Name: name})
+	a, err := AttachSession(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Detach()
+	pid := s.b.(localBackend).h.State().Pid
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []*Session{s, a} {
+		select {
+		case <-h.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("Done is not closed after the init was killed")
+		}
+		if st := h.State(); st != SessionFailed {
+			t.Errorf("after the init was killed: %s, want failed", st)
+		}
+	}
+	// Positive control: a Close makes it stopped.
+	c := newTestSession(t, &Policy{}, SessionOptions{})
+	c.Close()
+	if st := c.State(); st != SessionStopped {
+		t.Errorf("after Close: %s, want stopped", st)
+	}
+}

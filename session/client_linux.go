@@ -38,6 +38,17 @@ type Client struct {
 	err     error
 	done    chan struct{}
 	closing bool
+	// endStatus is the session's final status ("stopped", "failed"), once
+	// a subscription of this connection saw it.
+	endStatus string
+}
+
+// EndStatus is the status of the session's final "state" event, "" until
+// a subscription of this connection has seen it.
+func (c *Client) EndStatus() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.endStatus
 }
 
 // Dial connects to the session socket at path and reads its hello.
@@ -254,6 +265,9 @@ func (c *Client) route(rep *Reply, payload []byte) {
 		}
 	case TypeEvent:
 		fn := c.events[rep.Req]
+		if e := rep.Event; e != nil && e.Kind == "state" {
+			c.endStatus = e.Status
+		}
 		c.mu.Unlock()
 		if fn != nil && rep.Event != nil {
 			fn(*rep.Event)

@@ -79,6 +79,7 @@ type Host struct {
 	lastUse  time.Time
 	closing  bool
 	ending   bool // over has begun: no new subscriber
+	failed   bool // it ended without a Close
 	// delivering counts the subscribers' goroutines, which over waits
 	// for so that the final event reaches them.
 	delivering sync.WaitGroup
@@ -146,7 +147,8 @@ func Open(ctx context.Context, cfg Config) (_ *Host, err error) {
 		}
 	}
 	go func() {
-		<-sb.Done()
+		// Wait reaps the init whatever ends it: a Delete, or its death.
+		_, _ = sb.Wait()
 		h.over()
 	}()
 	if h.ln != nil {
@@ -679,12 +681,9 @@ func (h *Host) SignalAll(sig syscall.Signal) error {
 // State describes the session and the processes it knows of.
 func (h *Host) State() StateInfo {
 	st := StateInfo{
-		ID: h.cfg.ID, Status: "running", Pid: h.sb.Pid(), Cwd: h.cwd,
+		ID: h.cfg.ID, Status: h.status(), Pid: h.sb.Pid(), Cwd: h.cwd,
 		Persistent: h.cfg.Persistent, IdleTimeout: h.cfg.IdleTimeout.Seconds(),
 		Limits: h.sb.Limits(), Processes: []ProcInfo{},
-	}
-	if !h.Alive() {
-		st.Status = "stopped"
 	}
 	for _, m := range h.cfg.Spec.Mounts {
 		if m.Destination == "/workspace" {
@@ -703,6 +702,28 @@ func (h *Host) State() StateInfo {
 	}
 	h.mu.Unlock()
 	return st
+}
+
+// status is "running", "stopped" once the session was closed, or
+// "failed" when it ended without a Close (its init died: killed, or the
+// out-of-memory killer).
+func (h *Host) status() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.Alive():
+		return "running"
+	case h.failed:
+		return "failed"
+	}
+	return "stopped"
+}
+
+// Failed says whether the session ended without a Close.
+func (h *Host) Failed() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.failed
 }
 
 // idleSince says since when nothing used the session, or zero while a
@@ -745,7 +766,14 @@ func (h *Host) over() {
 	if h.ln != nil {
 		h.ln.stopAccepting()
 	}
-	h.publish(Event{Kind: "state", Status: "stopped"})
+	h.mu.Lock()
+	h.failed = !h.closing
+	status := "stopped"
+	if h.failed {
+		status = "failed"
+	}
+	h.mu.Unlock()
+	h.publish(Event{Kind: "state", Status: status})
 	h.mu.Lock()
 	h.ending = true
 	for s := range h.subs {

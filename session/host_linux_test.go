@@ -419,10 +419,7 @@ func TestConcurrentExecs(t *testing.T) {
 // TestManyExecsLeakNothing: many execs in a row leave the init and this
 // process with the descriptors they had, and the init's memory flat.
 func TestManyExecsLeakNothing(t *testing.T) {
-	n := 2000
-	if os.Getenv("AGENTRUN_LONG") == "1" {
-		n = 10000
-	}
+	n := 10000
 	if testing.Short() {
 		n = 200
 	}
