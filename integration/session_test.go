@@ -1378,3 +1378,42 @@ func TestSessionExecTTY(t *testing.T) {
 	mustExit(t, r, 2, "exec -t -d")
 	s.mustServe(t, "after exec -t")
 }
+
+// TestSessionCreateKeepsNoCallerFDs: the holder keeps none of the
+// descriptors its creator inherited (a pipe of the caller's shell), so a
+// reader of that pipe sees its end when create returns, not when the
+// session ends.
+func TestSessionCreateKeepsNoCallerFDs(t *testing.T) {
+	ws := tempDir(t)
+	id := token("it-sess-")
+	t.Cleanup(func() { _ = exec.Command(agentrunBin, "delete", "-f", id).Run() })
+	rd, wr, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	cmd := exec.Command(agentrunBin, "create", "--workspace", ws, "--json", id)
+	cmd.Env = append([]string{"PATH=" + sandboxPath, "LANG=C"}, os.Environ()...)
+	// Fds 3 and 4 of create: its ready socket takes the holder's fd 3,
+	// and nothing should give it fd 4.
+	cmd.ExtraFiles = []*os.File{wr, wr}
+	out, err := cmd.Output()
+	wr.Close()
+	if err != nil {
+		t.Fatalf("create: %v %s", err, out)
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := io.ReadAll(rd)
+		got <- err
+	}()
+	select {
+	case <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder keeps the creator's inherited pipe open")
+	}
+	// Positive control: the session runs.
+	if r := cli(t, "exec", id, "--", "true"); r.code != 0 {
+		t.Errorf("exec in the session: %s", r)
+	}
+}

@@ -431,20 +431,22 @@ func (h *Host) Exec(ctx context.Context, r ExecRequest) (_ *Proc, err error) {
 	p.start = time.Now()
 	c, err := h.sb.Exec(x)
 	if err != nil {
-		return nil, execErr(err)
+		return nil, h.execErr(err)
 	}
 	p.child = c
 	h.started(ctx, p, &r)
 	return p, nil
 }
 
-// execErr turns nsinit's failure to start an exec into the session's.
-func execErr(err error) error {
+// execErr turns nsinit's failure to start an exec into the session's:
+// any failure once the init is gone is ErrClosed, also while the end is
+// still being taken down.
+func (h *Host) execErr(err error) error {
 	var ee *nsinit.ExecError
-	if errors.As(err, &ee) {
+	switch {
+	case errors.As(err, &ee):
 		return &Error{Kind: KindRuntime, Message: ee.Error()}
-	}
-	if errors.Is(err, nsinit.ErrSessionGone) {
+	case errors.Is(err, nsinit.ErrSessionGone), h.sb.State() == lifecycle.Stopped:
 		return ErrClosed
 	}
 	return err
@@ -484,7 +486,7 @@ func (h *Host) execTTY(ctx context.Context, p *Proc, r ExecRequest, x nsinit.Exe
 	p.start = time.Now()
 	c, err := h.sb.Exec(x)
 	if err != nil {
-		return nil, execErr(err)
+		return nil, h.execErr(err)
 	}
 	p.child = c
 	m := c.TTY()
@@ -671,11 +673,10 @@ func (h *Host) proc(id string, forget bool) *Proc {
 
 // SignalAll sends sig to every process of the session.
 func (h *Host) SignalAll(sig syscall.Signal) error {
-	err := h.sb.SignalAll(sig)
-	if err != nil && !h.Alive() {
-		return ErrClosed
+	if err := h.sb.SignalAll(sig); err != nil {
+		return h.execErr(err)
 	}
-	return err
+	return nil
 }
 
 // State describes the session and the processes it knows of.

@@ -303,10 +303,11 @@ func (f fdReader) Read(b []byte) (int, error) {
 	oob := make([]byte, unix.CmsgSpace(maxFDs*4))
 	n, oobn, flags, _, err := f.cn.c.ReadMsgUnix(b, oob)
 	n = max(n, 0) // -1 with some errors
-	if flags&unix.MSG_CTRUNC != 0 && err == nil {
-		// The kernel closed descriptors that did not fit: whichever
-		// request they came with cannot be served as sent.
-		err = fmt.Errorf("%w: more than %d descriptors with one message", ErrFraming, maxFDs)
+	if flags&unix.MSG_CTRUNC != 0 {
+		// The kernel closed descriptors that did not fit: the request
+		// they came with cannot be served as sent, so its bytes are
+		// dropped with the connection.
+		n, err = 0, fmt.Errorf("%w: more than %d descriptors with one message", ErrFraming, maxFDs)
 	}
 	if oobn > 0 {
 		msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
@@ -642,6 +643,12 @@ func (cn *conn) handle(req *Request, payload []byte) bool {
 		if p == nil {
 			cn.fail(req.Req, KindNotFound, "resize: no process %q", req.Proc)
 			return true
+		}
+		select {
+		case <-p.Done():
+			cn.fail(req.Req, KindNotFound, "resize: process %q has ended", req.Proc)
+			return true
+		default:
 		}
 		if err := p.Resize(Winsize{Rows: req.Rows, Cols: req.Cols}); err != nil {
 			cn.failErr(req.Req, err)

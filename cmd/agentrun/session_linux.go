@@ -124,11 +124,11 @@ func createCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	host, err := agentrun.NewHostInfo(p)
 	if err != nil {
-		return fail(stderr, "create: workspace: %v", err)
+		return fail(stderr, "create: %v", err)
 	}
 	spec, err := agentrun.CompileSession(p, host)
 	if err != nil {
-		return fail(stderr, "create: policy: %v", err)
+		return fail(stderr, "create: %v", err)
 	}
 	cfg, err := json.Marshal(session.HolderConfig{ID: id, Spec: spec, IdleTimeoutMS: idle.Milliseconds()})
 	if err != nil {
@@ -174,6 +174,10 @@ func startHolder(cfg []byte) (session.Ready, error) {
 		Stdin: bytes.NewReader(cfg), Stdout: null, Stderr: null, ExtraFiles: []*os.File{wr},
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
 	}
+	// Only fds 0-2 and the ready socket reach the holder: descriptors this
+	// process inherited without close-on-exec would otherwise live as
+	// long as the session (a pipe of the caller's shell held open).
+	_ = unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
 	err = cmd.Start()
 	wr.Close()
 	if err != nil {
@@ -289,7 +293,9 @@ func execCmd(args []string, stdout, stderr io.Writer) int {
 	// to the command's process group.
 	sigs := make(chan os.Signal, 4)
 	if !*detach {
-		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+		// The signals a spawn passes on, but SIGWINCH, which -t turns
+		// into a resize and which means nothing to a command on pipes.
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	}
 	winch := make(chan os.Signal, 1)
 	if term != nil {
@@ -478,7 +484,22 @@ func deleteCmd(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, "delete: %q is not a session", id)
 	}
 	if r.State == lifecycle.Stopped {
-		// Its holder is gone: the sweep ends and removes what is left.
+		// Its init is gone. A holder still alive is taking the rest down
+		// (or, forced, is killed); then the sweep removes what is left.
+		if r.Owner.Alive() {
+			deadline := time.Now().Add(5 * time.Second)
+			for r.Owner.Alive() && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if r.Owner.Alive() {
+				if !*force {
+					return fail(stderr, "delete: the holder of session %q does not end; delete -f kills it", id)
+				}
+				if err := r.KillOwner(); err != nil {
+					return fail(stderr, "delete: %v", err)
+				}
+			}
+		}
 		if _, err := sweep(dir, true); err != nil {
 			return fail(stderr, "delete: %v", err)
 		}

@@ -358,6 +358,8 @@ void ar_session_exec(int argc, char **argv)
 	sigaddset(&fwd, SIGTERM);
 	sigaddset(&fwd, SIGHUP);
 	sigaddset(&fwd, SIGQUIT);
+	sigaddset(&fwd, SIGUSR1);
+	sigaddset(&fwd, SIGUSR2);
 	int sfd = -1;
 	if (sigprocmask(SIG_BLOCK, &fwd, NULL) == 0)
 		sfd = signalfd(-1, &fwd, SFD_CLOEXEC | SFD_NONBLOCK);
