@@ -26,7 +26,7 @@ BUILD_ENV := CC=musl-gcc CGO_CFLAGS="-O2 -g $(CINIT_CFLAGS) -idirafter /usr/incl
 BUILD_FLAGS := -tags netgo,osusergo -ldflags '-linkmode external -extldflags "-static -Wl,-z,stack-size=2097152"'
 endif
 
-.PHONY: setup build test unit integration integration-rootless integration-noloader lint clean bench bench-quick bench-go bench-deps vmtest vmtest-deps
+.PHONY: setup build test unit integration integration-rootless integration-noloader integration-session lint clean bench bench-quick bench-go bench-deps vmtest vmtest-deps
 
 # Installs build and test dependencies and the unprivileged test user.
 setup:
@@ -40,9 +40,10 @@ endif
 
 # The whole suite: lint, unit tests, the integration suite as the caller
 # and, when the caller is root, as $(TEST_USER), once more without the
-# init's loader thread (integration-noloader), and the same suites again in
-# a pure cgroup v2 VM on an older kernel.
-test: build lint unit integration integration-noloader vmtest
+# init's loader thread (integration-noloader), once more through sessions
+# (integration-session), and the same suites again in a pure cgroup v2 VM
+# on an older kernel.
+test: build lint unit integration integration-noloader integration-session vmtest
 
 unit:
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /integration)
@@ -62,6 +63,27 @@ integration-noloader:
 	$(MAKE) --no-print-directory build BIN=bin/noloader/agentrun CINIT_CFLAGS=-DAR_NO_LOADER_THREAD
 	@echo "== integration, the init without its loader thread, as $$(id -un)"
 	AGENTRUN_BIN=$(CURDIR)/bin/noloader/agentrun $(GO) test -count=1 ./integration/
+
+# The integration suite through sessions (AGENTRUN_IT_VIA=session): every
+# sandbox the harness starts is agentrun create with the spawn's policy
+# flags, exec of the command and delete, and what only spawns have is
+# skipped with its reason (integration/via_session_test.go). As the caller
+# and, when the caller is root, as $(TEST_USER), from a private directory
+# of its own (not integration-rootless's, which may run at the same time).
+integration-session: build
+	@echo "== integration through sessions, as $$(id -un)"
+	AGENTRUN_IT_VIA=session AGENTRUN_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 ./integration/
+	@if [ "$$(id -u)" != 0 ]; then \
+		echo "note: not root, so the root-mode half of the session run did not run (sudo make integration-session)"; exit 0; fi; \
+	set -e; dir=$$(mktemp -d /tmp/agentrun-session-bin.XXXXXX); trap 'rm -rf "$$dir"' EXIT; \
+	chmod 755 "$$dir"; \
+	install -m 0755 $(BIN) "$$dir/agentrun"; \
+	CGO_ENABLED=0 $(GO) build -o "$$dir/attacker" ./integration/internal/attacker; \
+	chown -R $(TEST_USER) "$$dir"; \
+	echo "== integration through sessions, as $(TEST_USER)"; \
+	AGENTRUN_IT_VIA=session AGENTRUN_TEST_USER=$(TEST_USER) AGENTRUN_BIN="$$dir/agentrun" \
+		AGENTRUN_ATTACKER="$$dir/attacker" \
+		$(GO) test -count=1 -exec $(CURDIR)/.ci/as-user ./integration/
 
 # Runs the integration suite, and the lifecycle's tests of real sandboxes,
 # as the unprivileged $(TEST_USER) (root only).

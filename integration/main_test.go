@@ -40,6 +40,10 @@ const (
 	// envTestUser names the unprivileged account that root-run tests use
 	// for their rootless variants (default "artest"; "-" disables them).
 	envTestUser = "AGENTRUN_TEST_USER"
+	// envVia selects how the harness runs a sandbox: "spawn" (the
+	// default) or "session", where every spawn of the harness becomes
+	// create, exec and delete of a session (via_session_test.go).
+	envVia = "AGENTRUN_IT_VIA"
 )
 
 // sandboxPath is PATH for agentrun and therefore for the command: the host
@@ -143,7 +147,25 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "integration:", err)
 		return 2
 	}
-	fmt.Fprintf(os.Stderr, "integration: agentrun=%s attacker=%s uid=%d\n", agentrunBin, attackerBin, os.Geteuid())
+	switch v := os.Getenv(envVia); v {
+	case "", "spawn":
+	case "session":
+		viaSession = true
+		cleanup, err := setupViaSession()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "integration:", err)
+			return 2
+		}
+		defer cleanup()
+	default:
+		fmt.Fprintf(os.Stderr, "integration: $%s=%q: want spawn or session\n", envVia, v)
+		return 2
+	}
+	via := "spawn"
+	if viaSession {
+		via = "session (create, exec, delete)"
+	}
+	fmt.Fprintf(os.Stderr, "integration: agentrun=%s attacker=%s uid=%d via=%s\n", agentrunBin, attackerBin, os.Geteuid(), via)
 	return m.Run()
 }
 
@@ -228,6 +250,9 @@ func moduleRoot() (string, error) {
 // 0700, which a rootless variant run as another user could not enter).
 func tempDir(t *testing.T) string {
 	t.Helper()
+	// Most tests make their first directory before anything else: a test
+	// that cannot run through a session stops here, before its host setup.
+	skipViaSession(t)
 	d, err := os.MkdirTemp("", "agentrun-it-")
 	if err != nil {
 		t.Fatal(err)
@@ -410,10 +435,20 @@ type running struct {
 	guard  time.Duration
 	done   chan struct{}
 	result runResult
+	// sess is the session the command runs in when the harness runs
+	// sandboxes through sessions (AGENTRUN_IT_VIA=session), else nil.
+	sess *viaSess
 }
 
+// startSpawn starts agentrun spawn with cfg and command, or, with
+// AGENTRUN_IT_VIA=session, the same sandbox as a session: create with the
+// same policy flags, exec of the command, delete once it has ended
+// (startViaSession). The running behaves the same for tests either way.
 func startSpawn(t *testing.T, cfg spawnCfg, command ...string) *running {
 	t.Helper()
+	if viaSession {
+		return startViaSession(t, cfg, command...)
+	}
 	args := []string{"spawn"}
 	if cfg.ws != "" {
 		args = append(args, "--workspace", cfg.ws)
@@ -479,6 +514,7 @@ func (r *running) wait() runResult {
 	r.t.Helper()
 	select {
 	case <-r.done:
+		r.sess.report(r.t)
 		return r.result
 	case <-time.After(r.guard):
 		_ = r.cmd.Process.Kill()
