@@ -102,6 +102,19 @@ func (pl *Pool) build() {
 		// more than later ones; it is paid here, before anyone waits.
 		if res, err := s.Exec(pl.ctx, ExecRequest{Args: []string{"/bin/true"}}); err != nil || res.ExitCode != 0 {
 			_ = s.b.delete()
+			if pl.ctx.Err() != nil {
+				return
+			}
+			if err == nil {
+				err = fmt.Errorf("/bin/true in a new session exited %d", res.ExitCode)
+			}
+			pl.mu.Lock()
+			pl.err = err
+			pl.mu.Unlock()
+			select {
+			case <-time.After(poolRetry):
+			case <-pl.ctx.Done():
+			}
 			continue
 		}
 		pl.mu.Lock()

@@ -143,6 +143,8 @@ func newPersistent(ctx context.Context, p *Policy, o SessionOptions) (*Session, 
 	}
 	s, err := attach(ctx, o.Name, ready.Socket)
 	if err != nil {
+		// Nobody would know of it: it goes, rather than idle for ever.
+		_ = exec.Command(rt, "delete", "-f", o.Name).Run()
 		return nil, err
 	}
 	s.policy = p
@@ -176,7 +178,7 @@ func attach(ctx context.Context, name, socket string) (*Session, error) {
 		return nil, err
 	}
 	// Subscribed, so that the session's end, and how it ended, is seen.
-	if err := c.Subscribe(ctx, func(session.Event) {}); err != nil {
+	if _, err := c.Subscribe(ctx, func(session.Event) {}); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -309,6 +311,13 @@ func sessionRequest(r *ExecRequest) session.ExecRequest {
 	}
 	if r.TTY != nil {
 		sr.TTY = &session.Winsize{Rows: r.TTY.Rows, Cols: r.TTY.Cols}
+		// A terminal's stdio is copied to and from it, never passed.
+		if f, ok := sr.Stdin.(*os.File); ok {
+			sr.Stdin = struct{ io.Reader }{f}
+		}
+		if f, ok := sr.Stdout.(*os.File); ok {
+			sr.Stdout = struct{ io.Writer }{f}
+		}
 	}
 	return sr
 }
@@ -464,13 +473,15 @@ func (p *Process) Wait() (*ExecResult, error) {
 // Close kills the process's group and closes this side of its pipes.
 func (p *Process) Close() error {
 	p.closeOnce.Do(func() {
+		// The pipes first: a remote session's client may be blocked
+		// writing output nobody reads, and Cancel needs its reply.
+		for _, f := range p.parentEnds {
+			f.Close()
+		}
 		select {
 		case <-p.p.Done():
 		default:
 			p.p.Cancel()
-		}
-		for _, f := range p.parentEnds {
-			f.Close()
 		}
 	})
 	return nil
@@ -565,10 +576,7 @@ func (r remoteBackend) resolve(ctx context.Context, p string, write bool) (strin
 }
 func (r remoteBackend) kill(sig syscall.Signal) error { return r.c.Kill(context.Background(), sig) }
 func (r remoteBackend) subscribe(fn func(session.Event)) (func(), error) {
-	if err := r.c.Subscribe(context.Background(), fn); err != nil {
-		return nil, err
-	}
-	return func() {}, nil
+	return r.c.Subscribe(context.Background(), fn)
 }
 func (r remoteBackend) state(ctx context.Context) (session.StateInfo, error) { return r.c.State(ctx) }
 func (r remoteBackend) done() <-chan struct{}                                { return r.c.Done() }

@@ -508,3 +508,47 @@ func TestSessionFailed(t *testing.T) {
 		t.Errorf("after Close: %s, want stopped", st)
 	}
 }
+
+// TestSessionSubscribeCancel: on an attached session, two subscribers
+// both get events, and one that cancels gets no more.
+func TestSessionSubscribeCancel(t *testing.T) {
+	name := fmt.Sprintf("sub%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)
+	newTestSession(t, &Policy{}, SessionOptions{Name: name})
+	a, err := AttachSession(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Detach()
+	var one, two = make(chan SessionEvent, 16), make(chan SessionEvent, 16)
+	cancelOne, err := a.Subscribe(func(e SessionEvent) { one <- e })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Subscribe(func(e SessionEvent) { two <- e }); err != nil {
+		t.Fatal(err)
+	}
+	exitOf := func(ch chan SessionEvent) bool {
+		for {
+			select {
+			case e := <-ch:
+				if e.Kind == "exit" {
+					return true
+				}
+			case <-time.After(2 * time.Second):
+				return false
+			}
+		}
+	}
+	mustExec(t, a, ExecRequest{Args: []string{"true"}})
+	if !exitOf(one) || !exitOf(two) {
+		t.Fatal("both subscribers should see the exit")
+	}
+	cancelOne()
+	mustExec(t, a, ExecRequest{Args: []string{"true"}})
+	if !exitOf(two) {
+		t.Error("the remaining subscriber should see the second exit")
+	}
+	if exitOf(one) {
+		t.Error("a cancelled subscriber still gets events")
+	}
+}

@@ -58,6 +58,9 @@ type Record struct {
 	// Socket is where the session's owner serves it (Options.Socket); the
 	// sweep removes it with the record.
 	Socket string `json:"socket,omitempty"`
+	// Holder says the owner exists only to hold the sandbox
+	// (Options.Holder), so KillOwner may end it.
+	Holder bool `json:"holder,omitempty"`
 }
 
 // ErrNotFound is returned by Load for an ID without a record.
@@ -318,11 +321,15 @@ func (r *Record) Signal(sig syscall.Signal) error {
 	return unix.PidfdSendSignal(fd, sig, nil, 0)
 }
 
-// KillOwner kills the sandbox's owner (a holder that does not answer),
+// KillOwner kills the sandbox's owner (a holder that does not answer;
+// never a program's own, which it refuses),
 // through a pidfd checked to be that process, and waits up to five
 // seconds for it to be gone; a sweep then ends the rest. An owner already
 // gone is not an error.
 func (r *Record) KillOwner() error {
+	if !r.Holder {
+		return fmt.Errorf("lifecycle: %q is held by process %d, a program's own sandbox: it ends when that program deletes it", r.ID, r.Owner.PID)
+	}
 	fd, err := r.Owner.Pidfd()
 	if errors.Is(err, os.ErrProcessDone) {
 		return nil

@@ -72,6 +72,11 @@ type Options struct {
 	// sandbox, kept in its record (below the state directory); Delete and
 	// Sweep remove it.
 	Socket string
+	// Holder says the caller is a process that exists only to hold this
+	// sandbox (a persistent session's holder), kept in its record: others
+	// may kill it to end the sandbox (Record.KillOwner). A program's own
+	// sandbox is never killed that way.
+	Holder bool
 }
 
 // Prestart is nsinit.Prestart for the lifecycle: once an adopted init's
@@ -161,7 +166,7 @@ func Create(ctx context.Context, spec *specs.Spec, opts Options) (_ *Sandbox, er
 		if dir == "" {
 			dir = StateDir(os.Geteuid())
 		}
-		s.rec = Record{Version: recordVersion, ID: opts.ID, State: Creating, Owner: self, Created: time.Now().UTC(), Serve: opts.Serve, Socket: opts.Socket}
+		s.rec = Record{Version: recordVersion, ID: opts.ID, State: Creating, Owner: self, Created: time.Now().UTC(), Serve: opts.Serve, Socket: opts.Socket, Holder: opts.Holder}
 		path, cerr := createRecord(dir, &s.rec)
 		if cerr != nil {
 			return nil, cerr

@@ -288,6 +288,10 @@ func (s *server) roundTrip(r request, c *call, files []*os.File) (report, error)
 		s.drop(id)
 		return report{}, err
 	}
+	// Fd makes each file blocking, as a process's stdio must be (a
+	// program writing to a non-blocking pipe fails with EAGAIN). The
+	// mode belongs to the open file, so a caller's copy turns blocking
+	// too, as with os/exec.
 	fds := make([]int, 0, len(files))
 	for _, f := range files {
 		fds = append(fds, int(f.Fd()))

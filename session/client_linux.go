@@ -29,15 +29,18 @@ type Client struct {
 
 	wmu sync.Mutex
 
-	mu      sync.Mutex
-	next    uint64
-	calls   map[uint64]chan Reply  // one reply each
-	execs   map[uint64]*RemoteProc // execs waiting for started
-	procs   map[string]*RemoteProc // started and not ended
-	events  map[uint64]func(Event)
-	err     error
-	done    chan struct{}
-	closing bool
+	mu         sync.Mutex
+	next       uint64
+	calls      map[uint64]chan Reply  // one reply each
+	execs      map[uint64]*RemoteProc // execs waiting for started
+	procs      map[string]*RemoteProc // started and not ended
+	events     map[uint64]func(Event)
+	err        error
+	done       chan struct{}
+	closing    bool
+	subs       map[int]func(Event) // Subscribe's callbacks
+	nextSub    int
+	subscribed bool // the connection's events subscription is asked for
 	// endStatus is the session's final status ("stopped", "failed"), once
 	// a subscription of this connection saw it.
 	endStatus string
@@ -60,7 +63,7 @@ func Dial(ctx context.Context, path string) (*Client, error) {
 	}
 	c := &Client{
 		c: nc.(*net.UnixConn), calls: map[uint64]chan Reply{}, execs: map[uint64]*RemoteProc{},
-		procs: map[string]*RemoteProc{}, events: map[uint64]func(Event){}, done: make(chan struct{}),
+		procs: map[string]*RemoteProc{}, events: map[uint64]func(Event){}, subs: map[int]func(Event){}, done: make(chan struct{}),
 	}
 	c.r = bufio.NewReaderSize(c.c, 64*1024)
 	if dl, ok := ctx.Deadline(); ok {
@@ -539,9 +542,44 @@ func (c *Client) Ping(ctx context.Context) error {
 }
 
 // Subscribe delivers the session's events to fn, from the connection's
-// reading goroutine (fn must not block), until the connection ends.
-func (c *Client) Subscribe(ctx context.Context, fn func(Event)) error {
-	on := true
-	_, err := c.callWith(ctx, &Request{Op: OpEvents, On: &on}, fn)
-	return err
+// reading goroutine (fn must not block), until cancel is called or the
+// connection ends. Any number may subscribe; the connection holds one
+// subscription on the server for them all.
+func (c *Client) Subscribe(ctx context.Context, fn func(Event)) (cancel func(), err error) {
+	c.mu.Lock()
+	c.nextSub++
+	id := c.nextSub
+	c.subs[id] = fn
+	need := !c.subscribed
+	c.subscribed = true
+	c.mu.Unlock()
+	cancel = func() {
+		c.mu.Lock()
+		delete(c.subs, id)
+		c.mu.Unlock()
+	}
+	if need {
+		on := true
+		if _, err := c.callWith(ctx, &Request{Op: OpEvents, On: &on}, c.dispatch); err != nil {
+			cancel()
+			c.mu.Lock()
+			c.subscribed = false
+			c.mu.Unlock()
+			return nil, err
+		}
+	}
+	return cancel, nil
+}
+
+// dispatch passes an event to every subscriber.
+func (c *Client) dispatch(e Event) {
+	c.mu.Lock()
+	fns := make([]func(Event), 0, len(c.subs))
+	for _, fn := range c.subs {
+		fns = append(fns, fn)
+	}
+	c.mu.Unlock()
+	for _, fn := range fns {
+		fn(e)
+	}
 }

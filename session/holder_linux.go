@@ -79,12 +79,26 @@ func RunHolder(in io.Reader, ready *os.File, warn func(string), usernsBlocker fu
 		say(Ready{Error: fmt.Sprintf("session holder: config: %v", err)})
 		return 2
 	}
+	// A TERM or INT during the build cancels it; one that comes as the
+	// build ends is not lost (the session is then deleted at once); a
+	// HUP is ignored throughout, as in hold.
 	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	var early os.Signal
 	go func() {
-		select {
-		case <-sigs:
-			cancel()
-		case <-ctx.Done():
+		defer close(stopped)
+		for {
+			select {
+			case s := <-sigs:
+				if s == syscall.SIGHUP {
+					continue
+				}
+				early = s
+				cancel()
+				return
+			case <-ctx.Done():
+				return
+			}
 		}
 	}()
 	h, err := Open(ctx, Config{
@@ -93,6 +107,11 @@ func RunHolder(in io.Reader, ready *os.File, warn func(string), usernsBlocker fu
 		Warn: warn, UsernsBlocker: usernsBlocker,
 	})
 	cancel()
+	<-stopped
+	if err == nil && early != nil {
+		_ = h.Close()
+		err = fmt.Errorf("ended by %v while it was made", early)
+	}
 	if err != nil {
 		say(Ready{Error: err.Error()})
 		return 125

@@ -106,7 +106,7 @@ func Open(ctx context.Context, cfg Config) (_ *Host, err error) {
 		h.cwd = "/"
 	}
 	lo := lifecycle.Options{
-		ID: cfg.ID, StateDir: cfg.StateDir, Serve: true,
+		ID: cfg.ID, StateDir: cfg.StateDir, Serve: true, Holder: cfg.Persistent,
 		Warn: cfg.Warn, UsernsBlocker: cfg.UsernsBlocker, SeccompCache: cfg.SeccompCache,
 	}
 	if !cfg.Unwatched {
@@ -370,6 +370,13 @@ func (h *Host) Exec(ctx context.Context, r ExecRequest) (_ *Proc, err error) {
 	h.lastUse = time.Now()
 	h.mu.Unlock()
 
+	for i, v := range []any{r.Stdin, r.Stdout, r.Stderr} {
+		if f, ok := v.(*os.File); ok {
+			if err := stdioFD(f); err != nil {
+				return nil, &Error{Kind: KindPolicy, Message: "exec: " + [3]string{"stdin", "stdout", "stderr"}[i] + ": " + err.Error()}
+			}
+		}
+	}
 	x := nsinit.ExecSpec{Args: argv, Env: env, Cwd: cwd}
 	if r.TTY != nil {
 		return h.execTTY(ctx, p, r, x)
@@ -508,6 +515,44 @@ func (h *Host) execTTY(ctx context.Context, p *Proc, r ExecRequest, x nsinit.Exe
 	}
 	h.started(ctx, p, &r)
 	return p, nil
+}
+
+// stdioFD refuses a descriptor that would reach past the sandbox as a
+// process's stdio: a directory (openat relative to it walks the host's
+// tree), an O_PATH descriptor, or a terminal, which a background process
+// of the session would keep after the exec (reading the keys typed for
+// the caller's shell, or injecting some where TIOCSTI is allowed): a
+// terminal goes through pipes or ExecRequest.TTY instead.
+func stdioFD(f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var st unix.Stat_t
+	var flags int
+	var serr, ferr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.Fstat(int(fd), &st)
+		flags, ferr = unix.FcntlInt(fd, unix.F_GETFL, 0)
+	}); err != nil {
+		return err
+	}
+	switch {
+	case serr != nil:
+		return serr
+	case ferr != nil:
+		return ferr
+	case st.Mode&unix.S_IFMT == unix.S_IFDIR:
+		return errors.New("a directory cannot be a process's stdio")
+	case flags&unix.O_PATH != 0:
+		return errors.New("an O_PATH descriptor cannot be a process's stdio")
+	case st.Mode&unix.S_IFMT == unix.S_IFCHR:
+		var terr error
+		if err := rc.Control(func(fd uintptr) { _, terr = unix.IoctlGetTermios(int(fd), unix.TCGETS) }); err == nil && terr == nil {
+			return errors.New("a terminal cannot be passed into a session, where it would outlive the exec: relay it (pipes) or give the exec a terminal of its own (tty)")
+		}
+	}
+	return nil
 }
 
 // sameWriter says whether a and b are the same comparable writer.
@@ -767,17 +812,17 @@ func (h *Host) over() {
 	if h.ln != nil {
 		h.ln.stopAccepting()
 	}
+	// The state event is the last any subscriber gets: from here on,
+	// publish drops events, and no one subscribes.
 	h.mu.Lock()
 	h.failed = !h.closing
 	status := "stopped"
 	if h.failed {
 		status = "failed"
 	}
-	h.mu.Unlock()
-	h.publish(Event{Kind: "state", Status: status})
-	h.mu.Lock()
 	h.ending = true
 	for s := range h.subs {
+		s.push(Event{Kind: "state", Status: status})
 		s.close()
 	}
 	h.subs = map[*subscriber]struct{}{}
@@ -899,14 +944,15 @@ func (h *Host) unsubscribe(s *subscriber) {
 	s.close()
 }
 
+// publish queues e for every subscriber, under the lock that over takes
+// too, so that nothing comes after the final state event.
 func (h *Host) publish(e Event) {
 	h.mu.Lock()
-	subs := make([]*subscriber, 0, len(h.subs))
-	for s := range h.subs {
-		subs = append(subs, s)
+	defer h.mu.Unlock()
+	if h.ending {
+		return
 	}
-	h.mu.Unlock()
-	for _, s := range subs {
+	for s := range h.subs {
 		s.push(e)
 	}
 }

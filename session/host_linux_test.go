@@ -571,3 +571,55 @@ func TestEvents(t *testing.T) {
 		t.Errorf("State after Close: %+v", st)
 	}
 }
+
+// TestExecRefusesReachingFDs: a directory, an O_PATH descriptor or a
+// terminal is refused as an exec's stdio (each would reach past the
+// sandbox, the terminal after the exec too); a pipe is fine.
+func TestExecRefusesReachingFDs(t *testing.T) {
+	s := open(t, opts{})
+	dir, err := os.Open("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	pfd, err := unix.Open("/etc/hostname", unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opath := os.NewFile(uintptr(pfd), "opath")
+	defer opath.Close()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	sfd, err := unix.IoctlRetInt(int(m.Fd()), unix.TIOCGPTPEER)
+	if err != nil {
+		t.Skipf("no TIOCGPTPEER here: %v", err)
+	}
+	slave := os.NewFile(uintptr(sfd), "pty-slave")
+	defer slave.Close()
+	for name, f := range map[string]*os.File{"directory": dir, "O_PATH": opath, "terminal": slave} {
+		_, err := s.Exec(context.Background(), session.ExecRequest{Args: []string{"true"}, Stdin: f})
+		if errKind(err) != session.KindPolicy {
+			t.Errorf("a %s as stdin: %v, want a policy error", name, err)
+		}
+	}
+	// Positive control: a pipe.
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	p, err := s.Exec(context.Background(), session.ExecRequest{Args: []string{"echo", "ok"}, Stdout: w})
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(r); string(b) != "ok\n" || p.Wait().Code != 0 {
+		t.Errorf("a pipe as stdout: %q", b)
+	}
+}

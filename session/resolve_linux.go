@@ -56,9 +56,11 @@ func (e *PathError) Error() string {
 // The result is an absolute host path without symlinks, naming the file
 // the sandbox sees at p at the time of the call. It is a path, not a
 // handle: a process in the sandbox that swaps a directory on it for a
-// symlink afterwards can redirect the caller's later open of the path,
-// within what that process can itself write. Callers that must not be
-// redirected should open the result with openat2 and RESOLVE_NO_SYMLINKS.
+// symlink afterwards can redirect the caller's later open of the path to
+// any file the caller can reach: the symlink is followed on the host, with
+// the caller's rights. Callers that must not be redirected open the
+// result with openat2 and RESOLVE_NO_SYMLINKS (or component by component
+// with O_NOFOLLOW), never with a plain open.
 //
 // Resolve needs openat2 (Linux 5.6); without it, it fails closed.
 func Resolve(spec *specs.Spec, cwd, p string, write bool) (string, error) {

@@ -303,7 +303,7 @@ func TestClient(t *testing.T) {
 
 	// State lists a detached process; Kill signals every process.
 	evs := make(chan session.Event, 16)
-	if err := c.Subscribe(ctx, func(e session.Event) { evs <- e }); err != nil {
+	if _, err := c.Subscribe(ctx, func(e session.Event) { evs <- e }); err != nil {
 		t.Fatal(err)
 	}
 	dm := marker(100)

@@ -287,7 +287,9 @@ func execCmd(args []string, stdout, stderr io.Writer) int {
 		r.Stdin, r.Stdout = os.Stdin, os.Stdout
 		r.TTY = term.size()
 	default:
-		r.Stdin, r.Stdout, r.Stderr = os.Stdin, os.Stdout, os.Stderr
+		// A terminal is relayed, never passed: in a session a background
+		// process would keep it after this exec (session.stdioFD).
+		r.Stdin, r.Stdout, r.Stderr = relayTerminal(os.Stdin), relayTerminal(os.Stdout), relayTerminal(os.Stderr)
 	}
 	// Signals are taken before the start, so that none is lost; they go
 	// to the command's process group.
@@ -492,8 +494,8 @@ func deleteCmd(args []string, stdout, stderr io.Writer) int {
 				time.Sleep(20 * time.Millisecond)
 			}
 			if r.Owner.Alive() {
-				if !*force {
-					return fail(stderr, "delete: the holder of session %q does not end; delete -f kills it", id)
+				if !*force || !r.Holder {
+					return fail(stderr, "delete: the holder of session %q (process %d) does not end; delete -f kills an agentrun holder", id, r.Owner.PID)
 				}
 				if err := r.KillOwner(); err != nil {
 					return fail(stderr, "delete: %v", err)

@@ -4,6 +4,8 @@ package main
 
 import (
 	"errors"
+	"io"
+	"os"
 	"sync"
 
 	"github.com/agentrun/agentrun/session"
@@ -55,4 +57,16 @@ func (t *terminal) restore() {
 		return
 	}
 	t.once.Do(func() { _ = unix.IoctlSetTermios(0, unix.TCSETS, t.saved) })
+}
+
+// relayTerminal is f, or, when f is a terminal, f wrapped so that the
+// session client relays its bytes instead of passing the descriptor.
+func relayTerminal(f *os.File) io.ReadWriter {
+	if _, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS); err != nil {
+		return f
+	}
+	return struct {
+		io.Reader
+		io.Writer
+	}{f, f}
 }

@@ -309,8 +309,10 @@ void ar_session_exec(int argc, char **argv)
 	const char *v = getenv("AGENTRUN_EXEC_FAST");
 	if (v && (strcmp(v, "0") == 0 || strcmp(v, "off") == 0))
 		return;
+	/* A terminal is never passed into a session, where a background
+	 * process would keep it after this exec: Go relays it. */
 	for (int fd = 0; fd <= 2; fd++)
-		if (fcntl(fd, F_GETFD) < 0)
+		if (fcntl(fd, F_GETFD) < 0 || isatty(fd))
 			return;
 	uid_t euid = geteuid();
 	char dir[4096], sockpath[4096];
