@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -120,6 +121,9 @@ func RunHolder(in io.Reader, ready *os.File, warn func(string), usernsBlocker fu
 		_ = h.Close()
 		return 1
 	}
+	// The build's garbage goes back to the kernel now, not minutes later
+	// through the scavenger: an idle session is mostly this process.
+	debug.FreeOSMemory()
 	code := h.hold(sigs)
 	// A delete ends the session before its reply goes out.
 	if h.ln != nil {
