@@ -118,20 +118,7 @@ func TestTIOCSTI(t *testing.T) {
 		var stdout, stderr strings.Builder
 		cmd := ttyCommand(slave, agentrunBin, "spawn", "--workspace", ws, "--", "/workspace/attacker", "tiocsti", inject)
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		cmd.WaitDelay = 5 * time.Second
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(60 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-			t.Fatalf("hang guard: agentrun on a terminal did not finish in 60 s")
-		}
-		r := runResult{args: cmd.Args[1:], code: cmd.ProcessState.ExitCode(), stdout: stdout.String(), stderr: stderr.String()}
+		r := runOnTTY(t, cmd, &stdout, &stderr)
 		mustBlock(t, r, "TIOCSTI into the caller's terminal")
 		inq, echoed := pending(t, master, slave, 200*time.Millisecond)
 		if inq != 0 || strings.Contains(echoed, strings.TrimSpace(inject)) {
@@ -156,4 +143,25 @@ func TestTIOCSTI(t *testing.T) {
 			t.Errorf("SANDBOX ESCAPE: TIOCLINUX left input on the caller's terminal: %d bytes, %q", inq, echoed)
 		}
 	})
+}
+
+// runOnTTY runs an agentrun command on a terminal (ttyCommand) to its end,
+// with a hang guard of 60 s, and returns what it wrote to stdout and
+// stderr.
+func runOnTTY(t *testing.T, cmd *exec.Cmd, stdout, stderr *strings.Builder) runResult {
+	t.Helper()
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("hang guard: agentrun on a terminal did not finish in 60 s")
+	}
+	return runResult{args: cmd.Args[1:], code: cmd.ProcessState.ExitCode(), stdout: stdout.String(), stderr: stderr.String()}
 }

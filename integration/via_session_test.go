@@ -646,20 +646,7 @@ func TestViaSessionTIOCSTI(t *testing.T) {
 			cmd.Env = append(cmd.Env, s.env[2:]...)
 			var stdout, stderr strings.Builder
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			cmd.WaitDelay = 5 * time.Second
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			select {
-			case <-done:
-			case <-time.After(60 * time.Second):
-				_ = cmd.Process.Kill()
-				<-done
-				t.Fatalf("hang guard: agentrun exec on a terminal did not finish in 60 s")
-			}
-			r := runResult{args: cmd.Args[1:], code: cmd.ProcessState.ExitCode(), stdout: stdout.String(), stderr: stderr.String()}
+			r := runOnTTY(t, cmd, &stdout, &stderr)
 			mustBlock(t, r, tc.name+" on the exec's terminal")
 			inq, echoed := pending(t, master, slave, 200*time.Millisecond)
 			if inq != 0 || strings.Contains(echoed, strings.TrimSpace(inject)) {
